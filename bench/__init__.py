@@ -1,0 +1,1 @@
+"""Benchmarks: each writes bench/results/<name>.json, a markdown table and, where useful, a PNG."""

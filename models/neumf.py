@@ -1,0 +1,90 @@
+"""NeuMF (He et al., 2017) as DeepLearningExamples defines it: GMF and MLP towers, one output.
+
+Shapes: ``user``/``item`` are int64 ``[B]`` model ids; ``forward`` returns logits ``[B]`` (apply
+``torch.sigmoid`` for probabilities; training uses ``BCEWithLogitsLoss``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass
+class NeuMFConfig:
+    num_users: int  # user embedding rows (Categorify cardinality, reserved low ids included)
+    num_items: int  # item embedding rows (likewise)
+    factors: int = 64  # GMF embedding width (DLE --factors)
+    mlp_layers: list[int] = field(default_factory=lambda: [256, 256, 128, 64])  # MLP widths; the
+    # first is the concatenated user+item MLP embedding, so each MLP embedding is mlp_layers[0] // 2
+    dropout: float = 0.5  # dropout after every MLP ReLU (DLE default 0.5)
+
+    def __post_init__(self) -> None:
+        if self.num_users < 1 or self.num_items < 1:
+            raise ValueError(
+                f"num_users={self.num_users}, num_items={self.num_items}: both must be >= 1 "
+                "(take them from the ETL's metadata.json)"
+            )
+        if len(self.mlp_layers) < 1 or self.mlp_layers[0] % 2:
+            raise ValueError(
+                f"mlp_layers={self.mlp_layers}: need at least one layer and an even first width "
+                "(it is split between the user and item MLP embeddings), e.g. 256,256,128,64"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout}: must be in [0, 1)")
+        self.mlp_layers = [int(x) for x in self.mlp_layers]
+
+    def to_dict(self) -> dict:
+        """Plain dict (ints, floats, lists) that ``torch.load(weights_only=True)`` can read back."""
+        return asdict(self)
+
+
+def _glorot_uniform(layer: nn.Linear) -> None:
+    fan_out, fan_in = layer.weight.shape
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    nn.init.uniform_(layer.weight, -limit, limit)
+
+
+def _lecun_uniform(layer: nn.Linear) -> None:
+    fan_in = layer.weight.shape[1]
+    limit = math.sqrt(3.0 / fan_in)
+    nn.init.uniform_(layer.weight, -limit, limit)
+
+
+class NeuMF(nn.Module):
+    """Generalized matrix factorization + MLP over user/item embeddings, concatenated into one logit."""
+
+    def __init__(self, cfg: NeuMFConfig):
+        super().__init__()
+        self.cfg = cfg
+        half = cfg.mlp_layers[0] // 2
+        self.mf_user_embed = nn.Embedding(cfg.num_users, cfg.factors)
+        self.mf_item_embed = nn.Embedding(cfg.num_items, cfg.factors)
+        self.mlp_user_embed = nn.Embedding(cfg.num_users, half)
+        self.mlp_item_embed = nn.Embedding(cfg.num_items, half)
+        widths = cfg.mlp_layers
+        self.mlp = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.final = nn.Linear(widths[-1] + cfg.factors, 1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """DLE's initialisation: embeddings N(0, 0.01), MLP Glorot uniform, final LeCun uniform."""
+        for emb in (self.mf_user_embed, self.mf_item_embed, self.mlp_user_embed, self.mlp_item_embed):
+            nn.init.normal_(emb.weight, 0.0, 0.01)
+        for layer in self.mlp:
+            _glorot_uniform(layer)
+            nn.init.zeros_(layer.bias)
+        _lecun_uniform(self.final)
+        nn.init.zeros_(self.final.bias)
+
+    def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B]`` for int64 ids ``user [B]`` and ``item [B]``."""
+        xmf = self.mf_user_embed(user) * self.mf_item_embed(item)  # [B, factors]
+        x = torch.cat((self.mlp_user_embed(user), self.mlp_item_embed(item)), dim=1)  # [B, mlp0]
+        for layer in self.mlp:
+            x = self.dropout(torch.relu(layer(x)))  # [B, width]
+        return self.final(torch.cat((xmf, x), dim=1)).squeeze(1)  # [B]

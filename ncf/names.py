@@ -1,0 +1,52 @@
+"""Names shared by the ETL, training and serving: defined here once.
+
+Every column, tensor and Triton input/output name used across stages comes from this module, so
+the ETL's parquet columns, the training loader and the Triton ``config.pbtxt`` files cannot drift
+apart (a test parses every config and checks it against these names).
+"""
+
+# Raw input columns (ML-20m ``ratings.csv`` header; ML-1M ``ratings.dat`` is mapped onto them).
+RAW_USER = "userId"
+RAW_ITEM = "movieId"
+RAW_RATING = "rating"
+RAW_TIME = "timestamp"
+RAW_COLUMNS = (RAW_USER, RAW_ITEM, RAW_RATING, RAW_TIME)
+
+# Model-id columns written by the ETL (int64 Categorify codes) and read by training.
+USER = "user_id"
+ITEM = "item_id"
+
+# ETL output layout inside its directory.
+TRAIN_DIR = "train"
+TEST_DIR = "test"
+NEGATIVES_DIR = "negatives"
+WORKFLOW_DIR = "workflow"
+METADATA_FILE = "metadata.json"
+
+# Triton tensors. Model-id inputs carry the same names as the parquet columns.
+INPUT_USER = USER  # INT64 [batch, 1]
+INPUT_ITEM = ITEM  # INT64 [batch, 1]
+OUTPUT_SCORE = "score"  # FP32 [batch, 1], sigmoid probability
+INPUT_RAW_USER = RAW_USER  # INT64 [batch, 1], raw MovieLens id
+INPUT_RAW_ITEM = RAW_ITEM  # INT64 [batch, 1], raw MovieLens id
+OUTPUT_KNOWN = "known"  # BOOL [batch, 1], False where a raw id is not in the vocabulary
+INPUT_K = "k"  # INT64 [1, 1], number of recommendations
+OUTPUT_RAW_ITEMS = "movie_ids"  # INT64 [1, k], recommended raw movieIds, best first
+OUTPUT_SCORES = "scores"  # FP32 [1, k]
+
+# Triton model names in triton_repo/.
+MODEL_NEUMF = "neumf"
+MODEL_NEUMF_LIBTORCH = "neumf_libtorch"
+MODEL_NEUMF_ONNX = "neumf_onnx"
+MODEL_WORKFLOW = "workflow"
+MODEL_ENSEMBLE = "ncf"
+MODEL_RECOMMEND = "recommend"
+# Models the python-backend-only CPU server can load.
+CPU_MODELS = (MODEL_WORKFLOW, MODEL_NEUMF, MODEL_ENSEMBLE, MODEL_RECOMMEND)
+
+# Export artifacts (written into triton_repo/<model>/1/ by `ncf export`, never committed).
+ARTIFACT_TORCHSCRIPT = "model.pt"
+ARTIFACT_ONNX = "model.onnx"
+ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend models
+ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
+MANIFEST_FILE = "manifest.json"

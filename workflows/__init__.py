@@ -1,0 +1,1 @@
+"""NVTabular ETL: raw ratings -> model ids, leave-one-out split, exact evaluation negatives."""
