@@ -1,0 +1,168 @@
+"""Shared benchmark plumbing: machine facts, peak-RSS sampling, timing, JSON + markdown output."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ncf.atomic import write_json, write_text
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+_PACKAGES = ("torch", "nvtabular", "merlin-core", "numpy", "pandas", "pyarrow", "onnxruntime",
+             "nvidia-pytriton", "tritonclient", "cudf-cu12", "cupy-cuda12x", "cupy-cuda13x")
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU/GPU/memory facts and package versions, recorded with every result."""
+    info: dict[str, Any] = {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "versions": {},
+    }
+    for pkg in _PACKAGES:
+        try:
+            info["versions"][pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["gpus"] = torch.cuda.device_count()
+    except ImportError:
+        pass
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class PeakRSS:
+    """Sample this process's (and its children's) RSS in a thread; ``peak_bytes`` is the maximum.
+
+    ``ru_maxrss`` only ever grows over a process's life, so it cannot give per-stage peaks; a sampler
+    (every ``interval`` s) can. Use as a context manager around one stage.
+    """
+
+    def __init__(self, interval: float = 0.01, children: bool = True):
+        self.interval = interval
+        self.children = children
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._proc = psutil.Process()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        rss = self._proc.memory_info().rss
+        if self.children:
+            for child in self._proc.children(recursive=True):
+                try:
+                    rss += child.memory_info().rss
+                except psutil.Error:
+                    pass
+        return rss
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self._sample())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak_bytes = self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, self._sample())
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / 2**30
+
+
+@contextmanager
+def stage(record: dict[str, Any], name: str) -> Iterator[None]:
+    """Time a stage and sample its peak RSS into ``record[name] = {"seconds", "peak_rss_gib"}``."""
+    t0 = time.perf_counter()
+    with PeakRSS() as rss:
+        yield
+    record[name] = {"seconds": round(time.perf_counter() - t0, 3), "peak_rss_gib": round(rss.peak_gib, 3)}
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A GitHub markdown table of ``rows`` restricted to ``columns`` (floats to 4 significant digits)."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return "" if v is None else str(v)
+
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_results(
+    name: str,
+    rows: list[dict[str, Any]],
+    columns: Sequence[str],
+    command: str,
+    extra: dict[str, Any] | None = None,
+    results_dir: Path = RESULTS_DIR,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Write ``<results_dir>/<name>.json`` and ``<name>.md`` atomically, print the table, return the payload.
+
+    The JSON holds machine facts, versions, the command, the date and every row; the markdown file
+    holds a heading line (date, machine, command) and the table, and is what the README embeds.
+    """
+    machine = machine_info()
+    date = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    payload = {"bench": name, "date": date, "command": command, "machine": machine, "rows": rows}
+    payload.update(extra or {})
+    table = markdown_table(rows, columns)
+    where = machine.get("gpu") or f"{machine['cpu']}, {machine['cores']} cores"
+    md_text = (
+        f"#### {title or name}\n\n_{date} on {where}; `{command}`_\n\n{table}\n"
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    write_json(results_dir / f"{name}.json", payload)
+    write_text(results_dir / f"{name}.md", md_text)
+    print(table)
+    print(f"wrote {results_dir / (name + '.json')}")
+    return payload
+
+
+def load_results(name: str, results_dir: Path = RESULTS_DIR) -> dict[str, Any] | None:
+    """The last written result of bench ``name``, or None."""
+    path = results_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
