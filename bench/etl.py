@@ -1,0 +1,190 @@
+"""ETL benchmark: wall time and peak RSS per stage of ``ncf etl`` on full-scale synthetic ML-20m.
+
+Each configuration (1 process; N Dask workers) runs in a fresh subprocess, so that one run's
+allocator caches do not inflate the next one's RSS; peak RSS includes Dask worker processes.
+The reference row is NVIDIA DeepLearningExamples' ``convert.py`` on the same 20M rows on this
+2-core machine (REFERENCE.md: about 78 s, 4.3 GB; its negatives are not guaranteed distinct).
+
+    ncf synth --scale 1.0 --out data/synth/ml20m/ratings.csv
+    python -m bench.etl            # or: ncf bench etl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import PeakRSS, stage, write_results
+
+DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
+STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
+GB = 1e9  # the reference is reported in GB
+REFERENCE = {
+    "config": "DLE convert.py (reference, REFERENCE.md)",
+    "total_s": 78.0,
+    "peak_rss_gb": 4.3,
+}
+TARGET = {"total_s": REFERENCE["total_s"] / 2, "peak_rss_gb": REFERENCE["peak_rss_gb"] * 3 / 4}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``ncf bench etl`` / ``python -m bench.etl``."""
+    parser.add_argument(
+        "--input",
+        type=Path,
+        default=DEFAULT_INPUT,
+        help=f"ratings.csv to process (default {DEFAULT_INPUT}, from `ncf synth --scale 1.0`)",
+    )
+    parser.add_argument(
+        "--workers", default="1,2", help="comma-separated worker counts (default 1,2)"
+    )
+    parser.add_argument("--engine", default="nvtabular", choices=("nvtabular", "pandas"))
+    parser.add_argument("--negatives", type=int, default=100)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("work/bench-etl"),
+        help="where the ETL outputs go (deleted after each run unless --keep)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the ETL outputs")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default bench/results")
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every configuration in a subprocess, then write ``etl.json`` / ``etl.md``."""
+    if args.child is not None:
+        return _child(args)
+    if not args.input.is_file():
+        raise FileNotFoundError(
+            f"{args.input} not found: make it with `ncf synth --scale 1.0 --out {args.input}`"
+        )
+    _warm_page_cache(args.input)
+    rows, meta = [], {}
+    for workers in (int(w) for w in args.workers.split(",")):
+        record, meta = _run_child(args, workers)
+        rows.append(_row(record, workers))
+    rows.append({**REFERENCE, "vs_reference": "1.00x time, 1.00x memory"})
+    columns = ["config", *STAGES, "total_s", "peak_rss_gb", "vs_reference"]
+    extra = {
+        "input": meta.get("input"),
+        "etl_counts": {
+            k: meta.get(k)
+            for k in ("n_users", "n_items", "train_rows", "test_rows", "negative_rows", "dropped")
+        },
+        "target": TARGET,
+        "engine": args.engine,
+        "negatives": args.negatives,
+    }
+    kwargs = {"results_dir": args.results_dir} if args.results_dir else {}
+    write_results(
+        "etl",
+        rows,
+        columns,
+        command=_command(args),
+        extra=extra,
+        title="ETL: `ncf etl` on 20M synthetic ML-20m ratings (seconds / peak GB per stage)",
+        **kwargs,
+    )
+    return 0
+
+
+def _warm_page_cache(path: Path) -> None:
+    with open(path, "rb") as f:
+        while f.read(64 << 20):
+            pass
+
+
+def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    out = args.work / f"workers{workers}"
+    with tempfile.TemporaryDirectory() as tmp:
+        record_path = Path(tmp) / "record.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.etl",
+            "--child",
+            str(record_path),
+            "--input",
+            str(args.input),
+            "--workers",
+            str(workers),
+            "--engine",
+            args.engine,
+            "--negatives",
+            str(args.negatives),
+            "--work",
+            str(out),
+        ]
+        subprocess.run(cmd, check=True)
+        record = json.loads(record_path.read_text())
+    meta = json.loads((out / "metadata.json").read_text())
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return record, meta
+
+
+def _child(args: argparse.Namespace) -> int:
+    """One configuration in this process: time every stage, sample peak RSS."""
+    from workflows.etl import EtlOptions, run_etl
+
+    stages: dict[str, Any] = {}
+    opts = EtlOptions(
+        input=args.input,
+        out=args.work,
+        negatives=args.negatives,
+        workers=int(args.workers),
+        engine=args.engine,
+        force=True,
+    )
+    t0 = time.perf_counter()
+    with PeakRSS() as total:
+        run_etl(opts, stage=lambda name: stage(stages, name))
+    record = {
+        "stages": stages,
+        "total_s": round(time.perf_counter() - t0, 3),
+        "peak_rss_gb": round(total.peak_bytes / GB, 3),
+    }
+    args.child.write_text(json.dumps(record))
+    return 0
+
+
+def _row(record: dict[str, Any], workers: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"config": "1 process" if workers == 1 else f"{workers} Dask workers"}
+    for name in STAGES:
+        s = record["stages"].get(name, {})
+        gb = s.get("peak_rss_gib", 0) * 2**30 / GB
+        row[name] = f"{s.get('seconds', 0):.1f} s / {gb:.2f}"
+        row[f"{name}_s"], row[f"{name}_peak_rss_gb"] = s.get("seconds"), round(gb, 3)
+    row["total_s"], row["peak_rss_gb"] = record["total_s"], record["peak_rss_gb"]
+    row["vs_reference"] = (
+        f"{row['total_s'] / REFERENCE['total_s']:.2f}x time, "
+        f"{row['peak_rss_gb'] / REFERENCE['peak_rss_gb']:.2f}x memory"
+    )
+    return row
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (
+        f"python -m bench.etl --input {args.input} --workers {args.workers} "
+        f"--engine {args.engine} --negatives {args.negatives}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.etl", description=__doc__.splitlines()[0]
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""The ETL pipeline: read -> filter -> fit -> transform -> split -> negatives -> write.
+
+Everything that can reject the input (reading, validation, filtering, the feasibility of the
+requested negatives) runs before anything is written; the output is then built in a temporary
+directory beside ``--out`` and renamed into place (``ncf.atomic.atomic_dir``), so an interrupted
+run leaves no output directory (or the previous complete one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncf.atomic import atomic_dir, clean_stale, write_json
+from ncf.names import METADATA_FILE, WORKFLOW_DIR
+from workflows import metadata as md
+from workflows.backend import dense_codes
+from workflows.encoding import Encoding, sorted_unique_encoding
+from workflows.io import read_ratings
+from workflows.negatives import check_feasible, sample_negatives
+from workflows.output import Outputs, write_outputs
+from workflows.split import latest_of_duplicates, leave_one_out, min_count_mask
+
+ENGINES = ("nvtabular", "pandas")
+StageFn = Callable[[str], AbstractContextManager[Any]]
+
+
+@dataclasses.dataclass
+class EtlOptions:
+    """Options of one ETL run (the ``ncf etl`` flags)."""
+
+    input: Path
+    out: Path
+    negatives: int = 100
+    min_ratings: int = 20
+    workers: int = 1
+    seed: int = 0
+    engine: str = "nvtabular"
+    force: bool = False
+
+    def check(self) -> None:
+        """Raise ValueError for option values that cannot work."""
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine must be one of {ENGINES}, got {self.engine!r}")
+        for name in ("negatives", "min_ratings", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+                )
+        if self.engine == "nvtabular" and find_spec("nvtabular") is None:
+            raise ValueError(
+                "--engine nvtabular needs NVTabular (the Merlin pins of pyproject.toml, or the NGC "
+                "Merlin container); on hosts without it use --engine pandas"
+            )
+        if self.workers > 1 and self.engine != "nvtabular":
+            raise ValueError(
+                "--workers > 1 runs the NVTabular Workflow on Dask: use --engine nvtabular"
+            )
+
+
+@dataclasses.dataclass
+class Kept:
+    """Ratings left after de-duplication and the min-ratings filter (raw ids, host or device)."""
+
+    user: Any  # int32 [n]
+    item: Any  # int32 [n]
+    time: Any  # int64 [n]
+    users: Any  # distinct raw user ids, ascending [n_users]
+    items: Any  # distinct raw item ids, ascending [n_items]
+    dropped: dict[str, int]
+    dropped_users: dict[str, int]
+
+
+def log(message: str) -> None:
+    print(f"ncf etl: {message}", file=sys.stderr, flush=True)
+
+
+def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
+    """Run the ETL; return the metadata written to ``out/metadata.json`` (or the reused one).
+
+    Parameters
+    ----------
+    opts
+        Options.
+    stage
+        Optional ``stage(name)`` context-manager factory wrapped around each stage (the benchmark
+        passes one that samples peak RSS).
+    """
+    opts.check()
+    timings: dict[str, float] = {}
+    timed = _timer(timings, stage)
+    reused = _reuse(opts)
+    if reused is not None:
+        return reused
+    with ThreadPoolExecutor(2) as pool:
+        # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
+        sha = pool.submit(md.sha256_file, opts.input) if opts.input.is_file() else None
+        if opts.engine == "nvtabular":
+            pool.submit(_import_workflow_module)
+        with timed("read"):
+            ratings = read_ratings(opts.input)
+        source = {
+            "path": str(opts.input.resolve()),
+            "rows": ratings.rows,
+            "format": ratings.format,
+            "bytes": opts.input.stat().st_size,
+        }
+        with timed("filter"):
+            kept = filter_ratings(ratings, opts.min_ratings, opts.negatives)
+        del ratings
+        source["sha256"] = sha.result()
+    clean_stale(opts.out)
+    with atomic_dir(opts.out, overwrite=opts.force) as tmp:
+        meta = _build(opts, kept, tmp, timed, source)
+        meta["timings_s"] = timings
+        write_json(tmp / METADATA_FILE, meta)
+    _summary(opts, meta)
+    return meta
+
+
+def _import_workflow_module() -> None:
+    from workflows import workflow as wfmod
+
+    wfmod.import_nvtabular()
+
+
+def filter_ratings(ratings: Any, min_ratings: int, negatives: int) -> Kept:
+    """Drop duplicate pairs, then users below ``min_ratings``; check the negatives can be drawn."""
+    user, item, time_ = ratings.user, ratings.item, ratings.time
+    keep = latest_of_duplicates(user, item, time_)
+    n_dup = int(keep.size - keep.sum())
+    if n_dup:
+        user, item, time_ = user[keep], item[keep], time_[keep]
+    keep, n_small_users = min_count_mask(user, min_ratings)
+    n_small = int(keep.size - keep.sum())
+    if n_small:
+        user, item, time_ = user[keep], item[keep], time_[keep]
+    if user.size == 0:
+        raise ValueError(
+            f"{ratings.path}: no user has >= {min_ratings} ratings ({n_small_users} users dropped); "
+            f"lower --min-ratings"
+        )
+    codes, users = dense_codes(user)
+    _, items = dense_codes(item)
+    check_feasible(np.bincount(codes, minlength=users.size), int(items.size), negatives, users)
+    return Kept(
+        user=user,
+        item=item,
+        time=time_,
+        users=users,
+        items=items,
+        dropped={"duplicate_pairs": n_dup, "users_below_min_ratings": n_small},
+        dropped_users={"below_min_ratings": n_small_users},
+    )
+
+
+def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
+    """Fit, transform, split, sample and write into ``tmp``; return the metadata."""
+    workflow, backend = None, "pandas"
+    with timed("fit"):
+        if opts.engine == "nvtabular":
+            from workflows import workflow as wfmod
+
+            if wfmod.gpu_available():
+                kept, backend = _to_device(kept), "cudf"
+            with wfmod.dask_client(opts.workers, backend == "cudf") as client:
+                workflow = wfmod.fit_workflow(kept.user, kept.item, tmp / ".fit", client)
+    with timed("transform"):
+        if workflow is not None:
+            encoding = wfmod.workflow_encoding(workflow, kept.users, kept.items)
+        else:
+            encoding = sorted_unique_encoding(kept.users, kept.items)
+        u_idx, i_idx = encoding.user.index(kept.user), encoding.item.index(kept.item)
+    with timed("split"):
+        test = leave_one_out(u_idx, kept.item, kept.time, encoding.user.size)
+    with timed("negatives"):
+        neg_user, neg_item = sample_negatives(
+            u_idx, i_idx, encoding.user.size, encoding.item.size, opts.negatives, opts.seed
+        )
+    with timed("write"):
+        outputs = Outputs(u_idx, i_idx, test, neg_user, neg_item, encoding)
+        counts = write_outputs(tmp, outputs)
+        vocab = _save_vocab(tmp, workflow, encoding)
+    return _metadata(opts, kept, encoding, counts, vocab, source, backend)
+
+
+def _to_device(kept: Kept) -> Kept:
+    import cupy
+
+    fields = {f: cupy.asarray(getattr(kept, f)) for f in ("user", "item", "time", "users", "items")}
+    return dataclasses.replace(kept, **fields)
+
+
+def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
+    from ncf.names import RAW_ITEM, RAW_USER
+    from workflows.output import write_vocab
+
+    if workflow is not None:
+        from workflows import workflow as wfmod
+
+        files = wfmod.save_workflow(workflow, tmp / WORKFLOW_DIR)
+        wfmod.remove_fit_dir(tmp / ".fit")
+    else:
+        files = write_vocab(tmp, encoding)
+    columns = {"user": RAW_USER, "item": RAW_ITEM}
+    first = {"user": encoding.user.lo, "item": encoding.item.lo}
+    return md.vocab_metadata(files, tmp, columns, first)
+
+
+def _metadata(opts, kept, encoding, counts, vocab, source, backend) -> dict[str, Any]:
+    options = dataclasses.asdict(opts)
+    return {
+        "num_users": encoding.user.cardinality,
+        "num_items": encoding.item.cardinality,
+        "user_id_range": [encoding.user.lo, encoding.user.hi],
+        "item_id_range": [encoding.item.lo, encoding.item.hi],
+        "n_users": encoding.user.size,
+        "n_items": encoding.item.size,
+        **counts,
+        "negatives_per_user": opts.negatives,
+        "dropped": kept.dropped,
+        "dropped_users": kept.dropped_users,
+        "min_ratings": opts.min_ratings,
+        "seed": opts.seed,
+        "engine": opts.engine,
+        "backend": backend,
+        "workers": opts.workers,
+        "input": source,
+        "versions": md.package_versions(),
+        **vocab,
+        "rules": {
+            "order": md.FILTER_ORDER,
+            "dedup": md.DEDUP_RULE,
+            "split": md.SPLIT_RULE,
+            "negatives": md.NEGATIVE_RULE,
+            "fit": md.FIT_RULE,
+        },
+        "fingerprint": md.fingerprint(options, source["sha256"]),
+        "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def _reuse(opts: EtlOptions) -> dict[str, Any] | None:
+    """The existing metadata if ``out`` can be reused; raise if it exists but differs (no --force)."""
+    if not opts.out.exists() or not opts.input.is_file():
+        return None
+    wanted = md.fingerprint(dataclasses.asdict(opts), md.sha256_file(opts.input))
+    existing = md.read_metadata(opts.out)
+    differences = md.reuse_differences(existing, wanted)
+    if not differences and not opts.force:
+        log(f"reusing {opts.out}: same input sha256 and options (pass --force to rebuild)")
+        return existing
+    if not opts.force:
+        raise FileExistsError(
+            f"{opts.out} exists but was not made from this input and options "
+            f"({'; '.join(differences)}); pass --force to rebuild it or choose another --out"
+        )
+    return None
+
+
+def _timer(timings: dict[str, float], outer: StageFn | None) -> StageFn:
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        with outer(name) if outer is not None else contextlib.nullcontext():
+            yield
+        timings[name] = round(time.perf_counter() - t0, 3)
+
+    return timed
+
+
+def _summary(opts: EtlOptions, meta: dict[str, Any]) -> None:
+    d = meta["dropped"]
+    log(
+        f"dropped {d['duplicate_pairs']:,} duplicate (user, item) rows and "
+        f"{d['users_below_min_ratings']:,} rows of {meta['dropped_users']['below_min_ratings']:,} "
+        f"users with < {opts.min_ratings} ratings"
+    )
+    total = sum(meta["timings_s"].values())
+    print(
+        f"ncf etl: {meta['input']['rows']:,} ratings -> {meta['n_users']:,} users, "
+        f"{meta['n_items']:,} items; train {meta['train_rows']:,}, test {meta['test_rows']:,}, "
+        f"negatives {meta['negative_rows']:,} ({opts.negatives}/user); {opts.out} "
+        f"[{meta['engine']}/{meta['backend']}, {total:.1f} s]"
+    )

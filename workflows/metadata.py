@@ -1,0 +1,103 @@
+"""``metadata.json`` of an ETL output directory, input hashing, and the reuse decision."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from ncf.names import METADATA_FILE
+
+# Options that change the output; --workers does not (a test checks 1 and 2 workers agree).
+OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine")
+_PACKAGES = (
+    "nvtabular",
+    "merlin-core",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "dask",
+    "distributed",
+    "cudf-cu12",
+    "cupy-cuda12x",
+    "ncf-merlin",
+)
+SPLIT_RULE = (
+    "leave-one-out by time: each user's latest interaction is the test item; ties on timestamp "
+    "go to the larger raw movieId"
+)
+DEDUP_RULE = "duplicate (userId, movieId) pairs keep only their latest rating (ties: later line)"
+FILTER_ORDER = (
+    "drop duplicate pairs, then users with fewer than min_ratings interactions, then split"
+)
+FIT_RULE = (
+    "the Workflow (Categorify) is fitted on every kept rating, train and test: leave-one-out "
+    "tests on users and items seen in training, and every test item needs a model id"
+)
+NEGATIVE_RULE = (
+    "per test user, negatives_per_user distinct items drawn uniformly from the items the user "
+    "never interacted with (train or test); row order within a user is the draw order"
+)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 8 << 20) -> str:
+    """Hex SHA-256 of a file, read in ``chunk``-byte pieces (about 1.5 GB/s here)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that shape the output (those installed)."""
+    out = {"python": platform.python_version()}
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def fingerprint(options: dict[str, Any], input_sha256: str) -> dict[str, Any]:
+    """What must match for an existing output to be reused: input hash and output options."""
+    return {"input_sha256": input_sha256, **{k: options[k] for k in OUTPUT_OPTIONS}}
+
+
+def read_metadata(out: Path) -> dict[str, Any] | None:
+    """The metadata of an existing output directory, or None if absent or unreadable."""
+    try:
+        return json.loads((out / METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def reuse_differences(meta: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:
+    """Why an existing output cannot be reused (empty list: it can)."""
+    if meta is None:
+        return [f"no readable {METADATA_FILE}"]
+    have = meta.get("fingerprint", {})
+    return [f"{k}: {have.get(k)!r} != {v!r}" for k, v in wanted.items() if have.get(k) != v]
+
+
+VOCAB_RULE = (
+    "each vocab file holds the raw ids (column vocab_columns[kind]) in model-id order; its pandas "
+    "index is the model id (first_id + row number); ids below first_id are reserved"
+)
+
+
+def vocab_metadata(
+    files: dict[str, Path], out: Path, columns: dict[str, str], first: dict[str, int]
+) -> dict:
+    """The ``vocab`` keys of ``metadata.json``: where serving finds each raw -> model id table."""
+    return {
+        "vocab": {k: str(p.relative_to(out)) for k, p in files.items()},
+        "vocab_columns": columns,
+        "vocab_first_id": first,
+        "vocab_rule": VOCAB_RULE,
+    }
