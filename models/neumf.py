@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 import torch
 from torch import nn
+
+from models.dropout import relu_dropout
 
 
 @dataclass
@@ -66,14 +69,21 @@ class NeuMF(nn.Module):
         self.mlp_user_embed = nn.Embedding(cfg.num_users, half)
         self.mlp_item_embed = nn.Embedding(cfg.num_items, half)
         widths = cfg.mlp_layers
-        self.mlp = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.mlp = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
+        # Packed keep bits per MLP layer for the next training forward (set by the trainer so that
+        # masks do not depend on how a global batch is split); None draws them here.
+        self.dropout_bits: list[torch.Tensor] | None = None
         self.final = nn.Linear(widths[-1] + cfg.factors, 1)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """DLE's initialisation: embeddings N(0, 0.01), MLP Glorot uniform, final LeCun uniform."""
-        for emb in (self.mf_user_embed, self.mf_item_embed, self.mlp_user_embed, self.mlp_item_embed):
+        for emb in (
+            self.mf_user_embed,
+            self.mf_item_embed,
+            self.mlp_user_embed,
+            self.mlp_item_embed,
+        ):
             nn.init.normal_(emb.weight, 0.0, 0.01)
         for layer in self.mlp:
             _glorot_uniform(layer)
@@ -85,6 +95,18 @@ class NeuMF(nn.Module):
         """Logits ``[B]`` for int64 ids ``user [B]`` and ``item [B]``."""
         xmf = self.mf_user_embed(user) * self.mf_item_embed(item)  # [B, factors]
         x = torch.cat((self.mlp_user_embed(user), self.mlp_item_embed(item)), dim=1)  # [B, mlp0]
-        for layer in self.mlp:
-            x = self.dropout(torch.relu(layer(x)))  # [B, width]
+        if self.training:
+            x = self._mlp_train(x)
+        else:
+            for layer in self.mlp:
+                x = torch.relu(layer(x))  # [B, width]
         return self.final(torch.cat((xmf, x), dim=1)).squeeze(1)  # [B]
+
+    # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
+    @torch.jit.unused
+    def _mlp_train(self, x):
+        """Training MLP: ``dropout(relu(layer(x)))`` per layer, DLE's rate (see models/dropout.py)."""
+        for i, layer in enumerate(self.mlp):
+            bits = None if self.dropout_bits is None else self.dropout_bits[i]
+            x = relu_dropout(layer(x), self.cfg.dropout, bits)  # [B, width]
+        return x

@@ -1,0 +1,375 @@
+"""``ncf export``: a training checkpoint -> TorchScript + ONNX in a Triton model repository.
+
+The served network takes ``user_id [B, 1]`` and ``item_id [B, 1]`` (int64 model ids) and returns
+the probability ``score [B, 1]`` (fp32, sigmoid of NeuMF's logit). Both artifacts are loaded back
+and compared with eager PyTorch on random valid ids before anything is written; the repository's
+version folders are then replaced atomically, each with a ``manifest.json`` (sha256 of every
+artifact, id ranges, the source checkpoint and ETL, the check results). The vocabularies of the
+saved NVTabular Workflow and the users' rated items are exported for the ``workflow`` and
+``recommend`` models (``models/serving_tables.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import inspect
+import io
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from models import repo_writer, serving_tables
+from models.neumf import NeuMF, NeuMFConfig
+from ncf import names
+
+
+class ServingNeuMF(nn.Module):
+    """NeuMF as served: ``user_id [B, 1]``, ``item_id [B, 1]`` int64 -> probability ``[B, 1]`` fp32.
+
+    The forward() argument names are the Triton input names (the libtorch backend matches them).
+    """
+
+    def __init__(self, model: NeuMF):
+        super().__init__()
+        self.model = model
+
+    def forward(self, user_id: torch.Tensor, item_id: torch.Tensor) -> torch.Tensor:
+        logits = self.model(user_id.squeeze(1), item_id.squeeze(1))  # [B]
+        return torch.sigmoid(logits).unsqueeze(1).float()  # [B, 1]
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[NeuMF, dict]:
+    """Build NeuMF from a training checkpoint (docs/ARCHITECTURE.md), in eval mode.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        No file, or not a checkpoint of the documented format.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found: pass --checkpoint RUN_DIR/best.pt")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle/zip errors have many types; all mean "not a checkpoint"
+        raise ValueError(
+            f"{path} is not a torch checkpoint readable with weights_only=True: {exc}"
+        ) from exc
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        keys = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(
+            f"{path}: expected a dict with 'model' and 'config' (got {keys}); use best.pt of `ncf train`"
+        )
+    state = dict(ckpt["model"])
+    for prefix in ("module.", "_orig_mod."):  # DDP- or torch.compile-wrapped state dicts
+        if state and all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix) :]: v for k, v in state.items()}
+    model = NeuMF(NeuMFConfig(**ckpt["config"]))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"{path}: state_dict does not match its config {ckpt['config']}: {exc}"
+        ) from exc
+    return model.eval(), ckpt
+
+
+def random_ids(meta: dict, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` random valid (user, item) model ids, each ``[n, 1]`` int64, from the metadata ranges."""
+    rng = np.random.default_rng(seed)
+    users = rng.integers(*meta["user_id_range"], size=(n, 1), dtype=np.int64)
+    items = rng.integers(*meta["item_id_range"], size=(n, 1), dtype=np.int64)
+    return torch.from_numpy(users), torch.from_numpy(items)
+
+
+def to_torchscript(wrapper: ServingNeuMF, example: tuple[torch.Tensor, torch.Tensor]) -> bytes:
+    """Trace ``wrapper`` and return the serialized TorchScript module."""
+    with torch.no_grad():
+        traced = torch.jit.trace(wrapper, example)
+    args = [a.name for a in traced.forward.schema.arguments[1:]]
+    if args != [names.INPUT_USER, names.INPUT_ITEM]:  # the libtorch backend binds inputs by name
+        raise RuntimeError(f"TorchScript forward() arguments {args} differ from the Triton inputs")
+    buf = io.BytesIO()
+    torch.jit.save(traced, buf)
+    return buf.getvalue()
+
+
+def dynamo_exporter_available() -> bool:
+    """Whether this torch has the torch.export-based ONNX exporter (torch >= 2.5 with onnxscript).
+
+    Older stacks (e.g. the NGC Merlin 23.08 container's torch) have only the TorchScript exporter.
+    """
+    try:
+        import onnxscript  # noqa: F401 (the dynamo exporter needs it)
+    except ImportError:
+        return False
+    return _has_dynamo_arg()
+
+
+def _has_dynamo_arg() -> bool:
+    return "dynamo" in inspect.signature(torch.onnx.export).parameters
+
+
+def resolve_onnx_exporter(name: str) -> str:
+    """ "dynamo" or "legacy" for an ``--onnx-exporter`` value ("auto" picks dynamo where available)."""
+    if name not in ("auto", "dynamo", "legacy"):
+        raise ValueError(f"--onnx-exporter={name!r}: use auto, dynamo or legacy")
+    if name == "auto":
+        return "dynamo" if dynamo_exporter_available() else "legacy"
+    return name
+
+
+def to_onnx(
+    wrapper: ServingNeuMF, example: tuple[torch.Tensor, torch.Tensor], exporter: str = "auto"
+) -> bytes:
+    """Export ``wrapper`` to ONNX with a dynamic batch axis; return the serialized model.
+
+    Parameters
+    ----------
+    exporter
+        "dynamo" (torch.export-based, the default where available), "legacy" (TorchScript-based,
+        deprecated in torch 2.13 but the only one in older torch), or "auto".
+    """
+    exporter = resolve_onnx_exporter(exporter)
+    io_names = {
+        "input_names": [names.INPUT_USER, names.INPUT_ITEM],
+        "output_names": [names.OUTPUT_SCORE],
+    }
+    with warnings.catch_warnings():
+        # Harmless notes: both inputs share one batch Dim (the exporter renames the axis), torch
+        # 2.13's pytree code trips its own LeafSpec deprecation, the legacy exporter is deprecated.
+        warnings.filterwarnings("ignore", message=r".*axis name.*will not be used")
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+        warnings.filterwarnings("ignore", message=r".*legacy TorchScript-based ONNX export")
+        warnings.filterwarnings("ignore", message=r".*feature will be removed")
+        if exporter == "dynamo":
+            proto = _onnx_dynamo(wrapper, example, io_names)
+        else:
+            buf = io.BytesIO()
+            axes = {n: {0: "batch"} for n in (*io_names["input_names"], *io_names["output_names"])}
+            # torch >= 2.9 defaults to dynamo=True; torch < 2.5 has no such argument.
+            legacy = {"dynamo": False} if _has_dynamo_arg() else {}
+            torch.onnx.export(
+                wrapper, example, buf, dynamic_axes=axes, opset_version=17, **io_names, **legacy
+            )
+            proto = onnx.load_from_string(buf.getvalue())
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString()
+
+
+def _onnx_dynamo(wrapper: ServingNeuMF, example: tuple, io_names: dict) -> onnx.ModelProto:
+    # The exporter logs that torchvision ops are skipped (not installed, not used): keep it quiet.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    batch = torch.export.Dim("batch")
+    program = torch.onnx.export(
+        wrapper,
+        example,
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+        dynamic_shapes=({0: batch}, {0: batch}),
+        **io_names,
+    )
+    return program.model_proto
+
+
+def check_artifacts(
+    wrapper: ServingNeuMF, ts_bytes: bytes, onnx_bytes: bytes, meta: dict, n: int, seed: int
+) -> dict[str, float]:
+    """Max abs difference of each loaded artifact vs eager PyTorch on random ids, batch 1 and ``n``."""
+    scripted = torch.jit.load(io.BytesIO(ts_bytes), map_location="cpu").eval()
+    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    diffs = {"torchscript": 0.0, "onnx": 0.0}
+    users, items = random_ids(meta, n, seed)
+    for u, i in ((users[:1], items[:1]), (users, items)):
+        with torch.no_grad():
+            eager = wrapper(u, i).numpy()
+            ts = scripted(u, i).numpy()
+        ox = session.run(None, {names.INPUT_USER: u.numpy(), names.INPUT_ITEM: i.numpy()})[0]
+        for key, out in (("torchscript", ts), ("onnx", ox)):
+            if out.shape != eager.shape or out.dtype != np.float32:
+                raise RuntimeError(
+                    f"{key} output {out.shape} {out.dtype}, eager {eager.shape} float32"
+                )
+            diffs[key] = max(diffs[key], float(np.abs(out - eager).max()))
+    return diffs
+
+
+def _file_sha256(path: Path) -> str:
+    return repo_writer.sha256_file(path)
+
+
+def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: bool) -> None:
+    cfg = model.cfg
+    if (cfg.num_users, cfg.num_items) != (meta["num_users"], meta["num_items"]):
+        raise ValueError(
+            f"checkpoint has num_users={cfg.num_users}, num_items={cfg.num_items} but "
+            f"{data / names.METADATA_FILE} has {meta['num_users']}, {meta['num_items']}: pass "
+            f"--data the ETL directory the checkpoint was trained on ({ckpt.get('data', {}).get('etl_dir')})"
+        )
+    want = (ckpt.get("data") or {}).get("metadata_sha256")
+    have = _file_sha256(data / names.METADATA_FILE)
+    if want and want != have and not force:
+        raise ValueError(
+            f"{data / names.METADATA_FILE} sha256 {have[:12]}.. differs from the one the checkpoint "
+            f"was trained on ({want[:12]}..): pass --data {ckpt['data'].get('etl_dir')}, or "
+            "--ignore-data-hash if the ids are known to be the same"
+        )
+
+
+def export_repository(
+    checkpoint: str | os.PathLike,
+    data: str | os.PathLike,
+    repo: str | os.PathLike,
+    tolerance: float = 1e-5,
+    check_samples: int = 4096,
+    seed: int = 0,
+    template: str | os.PathLike | None = None,
+    ignore_data_hash: bool = False,
+    onnx_exporter: str = "auto",
+) -> dict:
+    """Export ``checkpoint`` and the ETL tables of ``data`` into the Triton repository ``repo``.
+
+    Returns
+    -------
+    dict
+        The common manifest (ids, source, checks incl. max abs diffs, timings).
+
+    Raises
+    ------
+    ValueError
+        Checkpoint and ETL disagree, or an artifact differs from eager PyTorch by more than
+        ``tolerance`` (nothing is written then).
+    """
+    t0 = time.perf_counter()
+    data = Path(data)
+    model, ckpt = load_checkpoint(checkpoint)
+    meta = serving_tables.read_metadata(data)
+    _check_data_match(ckpt, model, meta, data, ignore_data_hash)
+    wrapper = ServingNeuMF(model).eval()
+    example = random_ids(meta, 8, seed)
+    exporter = resolve_onnx_exporter(onnx_exporter)
+    ts_bytes, onnx_bytes = (
+        to_torchscript(wrapper, example),
+        to_onnx(wrapper, example, exporter),
+    )
+    diffs = check_artifacts(wrapper, ts_bytes, onnx_bytes, meta, check_samples, seed + 1)
+    bad = {k: v for k, v in diffs.items() if not v <= tolerance}
+    if bad:
+        raise ValueError(
+            f"exported model differs from eager PyTorch by {bad} (> --tolerance {tolerance}) on "
+            f"{check_samples} random ids of {checkpoint}; nothing written to {repo}"
+        )
+    artifacts = {
+        names.ARTIFACT_TORCHSCRIPT: ts_bytes,
+        names.ARTIFACT_ONNX: onnx_bytes,
+        names.ARTIFACT_VOCAB: _npz(serving_tables.vocab_tables(data, meta)),
+        names.ARTIFACT_SEEN: _npz(serving_tables.seen_tables(data, meta)),
+    }
+    checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}
+    checks["onnx_exporter"] = exporter
+    manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
+    repo_writer.write_repository(repo, artifacts, manifest, template)
+    manifest["seconds"] = round(time.perf_counter() - t0, 2)
+    manifest["artifact_bytes"] = {k: len(v) for k, v in artifacts.items()}
+    return manifest
+
+
+def _manifest(
+    checkpoint: Path, ckpt: dict, model: NeuMF, meta: dict, data: Path, checks: dict
+) -> dict:
+    """Fields every version folder's manifest shares: ids, where the model came from, checks."""
+    return {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "ids": {k: meta[k] for k in ("num_users", "num_items", "user_id_range", "item_id_range")},
+        "source": {
+            "checkpoint": str(checkpoint.resolve()),
+            "checkpoint_sha256": _file_sha256(checkpoint),
+            "epoch": ckpt.get("epoch"),
+            "metrics": ckpt.get("metrics"),
+            "model_config": model.cfg.to_dict(),
+            "etl_dir": str(data.resolve()),
+            "metadata_sha256": _file_sha256(data / names.METADATA_FILE),
+        },
+        "checks": checks,
+        "versions": {
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": ort.__version__,
+        },
+    }
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ncf export``."""
+    parser.add_argument("--checkpoint", required=True, help="training checkpoint (RUN_DIR/best.pt)")
+    parser.add_argument(
+        "--data", required=True, help="ETL output directory the model was trained on"
+    )
+    parser.add_argument("--repo", default="triton_repo", help="Triton model repository to fill")
+    parser.add_argument(
+        "--template",
+        default=None,
+        help="repository whose config.pbtxt/model.py files are copied into --repo where missing "
+        "(default: this project's triton_repo/)",
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-5, help="max abs diff vs eager PyTorch"
+    )
+    parser.add_argument("--check-samples", type=int, default=4096, help="random ids compared")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random ids")
+    parser.add_argument(
+        "--onnx-exporter",
+        choices=("auto", "dynamo", "legacy"),
+        default="auto",
+        help="ONNX exporter: torch.export-based (dynamo) where available, else TorchScript-based",
+    )
+    parser.add_argument(
+        "--ignore-data-hash",
+        action="store_true",
+        help="export even if metadata.json differs from the one recorded in the checkpoint",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``ncf export``; prints the checks and the written models as JSON on stdout."""
+    if args.check_samples < 1 or not args.tolerance >= 0:
+        raise ValueError(
+            f"--check-samples={args.check_samples}, --tolerance={args.tolerance}: need >= 1 and >= 0"
+        )
+    manifest = export_repository(
+        args.checkpoint,
+        args.data,
+        args.repo,
+        tolerance=args.tolerance,
+        check_samples=args.check_samples,
+        seed=args.seed,
+        template=args.template,
+        ignore_data_hash=args.ignore_data_hash,
+        onnx_exporter=args.onnx_exporter,
+    )
+    summary = {
+        "repo": str(Path(args.repo).resolve()),
+        "models": list(repo_writer.MODEL_ARTIFACTS),
+        "max_abs_diff": manifest["checks"]["max_abs_diff"],
+        "artifact_bytes": manifest["artifact_bytes"],
+        "seconds": manifest["seconds"],
+    }
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,171 @@
+"""``ncf train``: NeuMF on an ETL output directory, DLE's defaults and flags.
+
+Single process: ``ncf train --data ETL_DIR --out RUN``. Several processes (DDP; NCCL on GPUs,
+gloo on CPUs): ``torchrun --nproc_per_node=N -m ncf.cli train ...`` or
+``torchrun --nproc_per_node=N -m models.train ...``. Writes RUN/best.pt, last.pt,
+checkpoints.json, log.json (DLLogger), metrics.json and learning_curve.png (rank 0 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from models import checkpoint, presets
+from models.data import load_etl
+from models.distributed import DEVICES, DistEnv, barrier, process_group
+from models.evaluate import evaluate_itempop
+from models.fit import LOG_FILE, METRICS_FILE, PLOT_FILE, declare_metrics, run_epochs, write_outputs
+from models.runtime import configure, default_threads
+from models.trainer import RunOptions, Trainer
+from ncf.atomic import clean_stale
+from ncf.dllog import DLLogger
+
+OUTPUTS = (checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data", type=Path, required=True, help="ETL output directory (`ncf etl --out`)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    presets.add_arguments(p)
+    p.add_argument(
+        "--device", default="auto", choices=DEVICES, help="default: %(default)s (CUDA if available)"
+    )
+    p.add_argument(
+        "--amp",
+        action="store_true",
+        help="mixed precision: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU",
+    )
+    p.add_argument(
+        "--no-tf32", dest="tf32", action="store_false", help="keep fp32 matmuls on GPUs with TF32"
+    )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="bitwise-reproducible run (resume gives identical results)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue RUN from RUN/last.pt (start fresh if there is none)",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing run in --out")
+    p.add_argument(
+        "--threads", type=int, help="CPU threads per process (default: cores / local ranks)"
+    )
+    p.add_argument(
+        "--sampling-backend",
+        default="auto",
+        choices=("auto", "bitmap", "sorted"),
+        help="membership check of exact negatives (default: bitmap when <= 1 GiB)",
+    )
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no tqdm bar (default: bar on a terminal)",
+    )
+
+
+def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
+    """Check ``out`` (all ranks), clear it if starting over (rank 0); True if resuming from last.pt."""
+    existing = [name for name in OUTPUTS if (out / name).exists()]
+    resuming = resume and (out / checkpoint.LAST).exists()
+    if existing and not (resume or force):
+        raise FileExistsError(
+            f"{out} already holds a run ({', '.join(existing)}); pass --resume to continue "
+            "it or --force to start over"
+        )
+    if env.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in OUTPUTS:
+            clean_stale(out / name)  # temp files of a writer killed mid-write
+            if not resuming and (out / name).exists():
+                (out / name).unlink()  # --force, or --resume of a run killed before its first epoch
+        if resume and not resuming:
+            print(
+                f"ncf train: no {out / checkpoint.LAST} yet; starting from epoch 0", file=sys.stderr
+            )
+    barrier(env)
+    return resuming
+
+
+def run_info(args: argparse.Namespace, env: DistEnv, trainer: Trainer) -> dict:
+    """Facts about the run logged as PARAMETERs and saved in metrics.json."""
+    data = trainer.data
+    return {
+        "device": str(env.device),
+        "world_size": env.world_size,
+        "amp": args.amp,
+        "deterministic": args.deterministic,
+        "data": str(args.data),
+        "train_rows": int(data.train_users.numel()),
+        "test_users": int(data.test_users.numel()),
+        "eval_negatives": int(data.eval_negatives.shape[1]),
+        "sampling_backend": getattr(trainer.positives, "backend", None),
+    }
+
+
+def train(args: argparse.Namespace, cfg: presets.TrainConfig, env: DistEnv) -> None:
+    """Build the trainer (resuming if asked), train, and write the run directory."""
+    resuming = prepare_out(args.out, args.resume, args.force, env)
+    data = load_etl(args.data, env.device)
+    progress = args.progress and sys.stderr.isatty()
+    opts = RunOptions(
+        out=args.out,
+        etl_dir=args.data,
+        amp=args.amp,
+        deterministic=args.deterministic,
+        progress=progress,
+        preset=args.preset,
+        sampling_backend=args.sampling_backend,
+    )
+    trainer = Trainer(data, cfg, env, opts)
+    if resuming:
+        trainer.resume_from(args.out / checkpoint.LAST)
+    info = run_info(args, env, trainer)
+    k = cfg.topk
+    with DLLogger(args.out / LOG_FILE, stdout=True, enabled=env.is_main) as log:
+        declare_metrics(log, k)
+        params = {
+            "preset": args.preset,
+            **cfg.to_dict(),
+            **info,
+            "resumed_at_epoch": trainer.start_epoch,
+        }
+        log.log(step="PARAMETER", data=params)
+        itempop = evaluate_itempop(data, k)
+        log.log(
+            step="PARAMETER",
+            data={f"itempop_hr@{k}": itempop["hr"], f"itempop_ndcg@{k}": itempop["ndcg"]},
+        )
+        run_epochs(trainer, log)
+        write_outputs(trainer, log, itempop, info)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = presets.resolve(args.preset, vars(args))
+    with process_group(args.device) as env:
+        threads = args.threads or default_threads(env.local_world_size)
+        configure(env.device, threads, args.deterministic, args.tf32)
+        train(args, cfg, env)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m models.train`` (e.g. under torchrun) with the ``ncf train`` flags."""
+    parser = argparse.ArgumentParser(prog="models.train", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f"ncf train: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
