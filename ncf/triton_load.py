@@ -1,0 +1,306 @@
+"""A bounded mixed load on a running tritonserver: valid and invalid requests, HTTP and gRPC.
+
+``run_load`` sends, from ``concurrency`` threads for ``duration_s`` seconds, a random mix of valid
+requests (NeuMF batches, the ensemble, the workflow, top-K) and invalid ones (unknown or
+out-of-range ids, wrong dtype, wrong shape, a batch over max_batch_size, k <= 0). It reports
+whether every valid request succeeded, every invalid one was rejected, how the server's memory
+moved after warm-up, and whether the server still answers afterwards. The test runs ~10 s of it;
+``ncf bench`` runs the long version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ncf import names
+from ncf.triton_server import server_rss_bytes
+
+
+@dataclass
+class Request:
+    kind: str
+    model: str
+    inputs: list[tuple[str, np.ndarray, str]]  # (name, array, Triton dtype)
+    outputs: list[str]
+    valid: bool
+
+
+Built = tuple[str, list[tuple[str, np.ndarray, str]], list[str]]  # (model, inputs, outputs)
+
+
+class RequestMaker:
+    """Builds random requests from the ids in an exported repository (manifest + vocab.npz)."""
+
+    def __init__(self, repo: str | Path, max_batch_size: int):
+        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
+        meta = json.loads((vdir / names.MANIFEST_FILE).read_text(encoding="utf-8"))["ids"]
+        with np.load(vdir / names.ARTIFACT_VOCAB) as z:
+            self.raw_users, self.raw_items = z["user_raw"], z["item_raw"]
+        self.users, self.items = meta["user_id_range"], meta["item_id_range"]
+        self.num_users = meta["num_users"]
+        self.max_batch = max_batch_size
+        unknown_user = int(self.raw_users.max()) + 1
+        self.valid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
+            "neumf_b1": lambda r: self._neumf(r, 1),
+            "neumf_b256": lambda r: self._neumf(r, 256),
+            "ensemble_b64": lambda r: self._raw(r, names.MODEL_ENSEMBLE, 64),
+            "workflow_b64": lambda r: self._raw(r, names.MODEL_WORKFLOW, 64),
+            "recommend_k10": lambda r: self._recommend(int(r.choice(self.raw_users)), 10),
+        }
+        self.invalid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
+            "neumf_out_of_range_id": lambda r: self._neumf(r, 8, user=self.num_users),
+            "neumf_wrong_dtype": lambda r: self._neumf(r, 8, dtype="INT32"),
+            "neumf_wrong_shape": lambda r: self._neumf(r, 8, width=2),
+            "neumf_over_max_batch": lambda r: self._neumf(r, self.max_batch + 1),
+            "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
+            "recommend_k0": lambda r: self._recommend(int(self.raw_users[0]), 0),
+        }
+
+    def _neumf(self, rng, b, user=None, dtype="INT64", width=1) -> Built:
+        shape = (b, width)
+        u = rng.integers(*self.users, size=shape) if user is None else np.full(shape, user)
+        i = rng.integers(*self.items, size=shape)
+        np_dtype = np.int64 if dtype == "INT64" else np.int32
+        inputs = [
+            (names.INPUT_USER, u.astype(np_dtype), dtype),
+            (names.INPUT_ITEM, i.astype(np_dtype), dtype),
+        ]
+        return names.MODEL_NEUMF, inputs, [names.OUTPUT_SCORE]
+
+    def _raw(self, rng, model, b) -> Built:
+        u = rng.choice(self.raw_users, size=(b, 1)).astype(np.int64)
+        i = rng.choice(self.raw_items, size=(b, 1)).astype(np.int64)
+        i[0, 0] = self.raw_items.max() + 1  # an unseen movie: flagged known=false, not an error
+        extra = [names.OUTPUT_SCORE] if model == names.MODEL_ENSEMBLE else []
+        inputs = [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
+        return model, inputs, [names.OUTPUT_KNOWN, *extra]
+
+    def _recommend(self, raw_user, k) -> Built:
+        inputs = [
+            (names.INPUT_RAW_USER, np.array([[raw_user]], dtype=np.int64), "INT64"),
+            (names.INPUT_K, np.array([[k]], dtype=np.int64), "INT64"),
+        ]
+        return names.MODEL_RECOMMEND, inputs, [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES]
+
+    def make(self, rng: np.random.Generator, invalid_fraction: float) -> Request:
+        """A random request: one of the invalid kinds with probability ``invalid_fraction``."""
+        valid = rng.random() >= invalid_fraction
+        kinds = self.valid_kinds if valid else self.invalid_kinds
+        kind = list(kinds)[rng.integers(len(kinds))]
+        return Request(kind, *kinds[kind](rng), valid=valid)
+
+
+# gRPC status codes that mean "the request never got an answer", not "the server rejected it".
+_TRANSPORT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN")
+
+
+def _client(protocol: str, url: str):
+    if protocol == "http":
+        import tritonclient.http as module
+    else:
+        import tritonclient.grpc as module
+    return module, module.InferenceServerClient(url)
+
+
+def send(module, client, request: Request) -> dict[str, np.ndarray]:
+    """Send ``request`` with a tritonclient ``module`` (http or grpc) and return its outputs."""
+    inputs = []
+    for name, array, dtype in request.inputs:
+        tensor = module.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    outputs = [module.InferRequestedOutput(o) for o in request.outputs]
+    result = client.infer(request.model, inputs, outputs=outputs)
+    return {o: result.as_numpy(o) for o in request.outputs}
+
+
+def output_problem(request: Request, out: dict[str, np.ndarray]) -> str | None:
+    """Why the outputs of a valid request are wrong (shape, range), or None."""
+    rows = request.inputs[0][1].shape[0]
+    for name, array in out.items():
+        if array is None:
+            return f"{request.kind}: no output {name}"
+        if request.model != names.MODEL_RECOMMEND and array.shape != (rows, 1):
+            return f"{request.kind}: {name} shape {array.shape}, expected ({rows}, 1)"
+    score = out.get(names.OUTPUT_SCORE, out.get(names.OUTPUT_SCORES))
+    if score is not None and not np.all((score >= 0) & (score <= 1)):
+        return f"{request.kind}: scores outside [0, 1]"
+    return None
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.counts = {
+            "valid_ok": 0,
+            "valid_failed": 0,
+            "invalid_rejected": 0,
+            "invalid_accepted": 0,
+        }
+        self.counts["transport_errors"] = 0
+        self.failures: list[str] = []
+        self.latency: dict[str, list[float]] = {}
+
+    def add(self, request: Request, seconds: float, problem: str | None, rejected: bool) -> None:
+        """Count one answered request; ``problem`` is None for a correct answer."""
+        self.latency.setdefault(request.kind, []).append(seconds)
+        if request.valid:
+            self.counts["valid_failed" if problem else "valid_ok"] += 1
+            if problem:
+                self.failures.append(problem)
+        elif rejected:
+            self.counts["invalid_rejected"] += 1
+        else:
+            self.counts["invalid_accepted"] += 1
+            self.failures.append(f"{request.kind}: the invalid request was accepted")
+
+
+def _one(module, client, request: Request) -> tuple[str | None, bool, bool]:
+    """(problem, rejected by the server, transport error) of one request."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        out = send(module, client, request)
+    except InferenceServerException as exc:
+        transport = any(t in str(exc.status()) for t in _TRANSPORT)
+        return f"{request.kind}: {exc}", not transport, transport
+    except (OSError, ConnectionError) as exc:  # HTTP transport errors are not wrapped
+        return f"{request.kind}: {type(exc).__name__}: {exc}", False, True
+    return (output_problem(request, out) if request.valid else None), False, False
+
+
+def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: _Stats) -> None:
+    rng = np.random.default_rng([seed, n])
+    module, client = _client(protocol, url)
+    try:
+        while time.monotonic() < deadline:
+            request = maker.make(rng, invalid_fraction)
+            t = time.perf_counter()
+            problem, rejected, transport = _one(module, client, request)
+            if transport:
+                stats.counts["transport_errors"] += 1
+                stats.failures.append(problem or "transport error")
+                continue
+            stats.add(request, time.perf_counter() - t, problem, rejected)
+    finally:
+        client.close()
+
+
+def _percentiles(latency: dict[str, list[float]]) -> dict[str, dict]:
+    out = {}
+    for kind, values in sorted(latency.items()):
+        ms = np.asarray(values) * 1e3
+        out[kind] = {"n": int(ms.size), "p50_ms": float(np.percentile(ms, 50))}
+        out[kind]["p99_ms"] = float(np.percentile(ms, 99))
+    return out
+
+
+def run_load(
+    http_url: str,
+    grpc_url: str,
+    repo: str | Path,
+    server_pid: int,
+    duration_s: float = 60.0,
+    concurrency: int = 16,
+    invalid_fraction: float = 0.25,
+    warmup_s: float | None = None,
+    seed: int = 0,
+) -> dict:
+    """Run the mixed load and report; ``report["passed"]`` sums up the acceptance criteria.
+
+    Parameters
+    ----------
+    http_url, grpc_url
+        ``host:port`` of the server (``TritonServer.http_url`` / ``grpc_url``).
+    repo
+        The exported repository the server serves (ids are drawn from its manifest and vocab).
+    server_pid
+        tritonserver's pid: its RSS (with the python stubs) is sampled after ``warmup_s``
+        (default 20% of the duration) and at the end.
+    duration_s, concurrency, invalid_fraction
+        Length of the run, client threads (half HTTP, half gRPC), share of invalid requests.
+
+    Returns
+    -------
+    dict
+        Counts (valid_ok, valid_failed, invalid_rejected, invalid_accepted, transport_errors),
+        up to 20 failure messages, per-kind latency percentiles, RSS after warm-up / at the end /
+        their ratio, whether the server answered afterwards, and ``passed``.
+    """
+    import tritonclient.http as http
+
+    with http.InferenceServerClient(http_url) as probe:
+        max_batch = int(probe.get_model_config(names.MODEL_NEUMF)["max_batch_size"])
+    maker = RequestMaker(repo, max_batch)
+    warmup_s = 0.2 * duration_s if warmup_s is None else warmup_s
+    start = time.monotonic()
+    deadline = start + duration_s
+    stats = [_Stats() for _ in range(concurrency)]
+    threads = [
+        threading.Thread(
+            target=_worker,
+            args=(
+                n,
+                "http" if n % 2 == 0 else "grpc",
+                http_url if n % 2 == 0 else grpc_url,
+                maker,
+                deadline,
+                invalid_fraction,
+                seed,
+                stats[n],
+            ),
+            daemon=True,
+        )
+        for n in range(concurrency)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(max(0.0, start + warmup_s - time.monotonic()))
+    rss_warm = server_rss_bytes(server_pid)
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    rss_end = server_rss_bytes(server_pid)
+    return _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end)
+
+
+def _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end) -> dict:
+    import tritonclient.http as http
+
+    counts = {k: sum(s.counts[k] for s in stats) for k in stats[0].counts}
+    latency: dict[str, list[float]] = {}
+    for s in stats:
+        for kind, values in s.latency.items():
+            latency.setdefault(kind, []).extend(values)
+    with http.InferenceServerClient(http_url) as client:
+        request = Request(
+            "after", *maker.valid_kinds["neumf_b1"](np.random.default_rng(0)), valid=True
+        )
+        problem, _, _ = _one(http, client, request)
+    rss_ratio = rss_end / rss_warm
+    report = {
+        "duration_s": round(elapsed, 2),
+        "concurrency": concurrency,
+        **counts,
+        "requests": sum(counts.values()),
+        "requests_per_s": round(sum(counts.values()) / elapsed, 1),
+        "failures": [f for s in stats for f in s.failures][:20],
+        "latency": _percentiles(latency),
+        "rss_after_warmup_bytes": rss_warm,
+        "rss_end_bytes": rss_end,
+        "rss_ratio": round(rss_ratio, 4),
+        "answers_after": problem is None,
+    }
+    report["passed"] = bool(
+        counts["valid_failed"] == counts["invalid_accepted"] == counts["transport_errors"] == 0
+        and counts["invalid_rejected"] > 0
+        and abs(rss_ratio - 1.0) <= 0.10
+        and problem is None
+    )
+    return report

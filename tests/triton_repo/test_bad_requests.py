@@ -1,0 +1,102 @@
+"""Bad requests get an error response (HTTP and gRPC), and the server keeps answering."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from ncf import names
+from tests.triton_repo.clients import infer
+
+pytestmark = pytest.mark.triton
+
+MAX_BATCH = 65536  # neumf/workflow/ncf config.pbtxt (test_configs checks the configs agree)
+
+
+def _ids(batch: int, user: int = 5, item: int = 7, dtype=np.int64, width: int = 1):
+    return {
+        names.INPUT_USER: np.full((batch, width), user, dtype=dtype),
+        names.INPUT_ITEM: np.full((batch, width), item, dtype=dtype),
+    }
+
+
+def _raw(batch: int, dtype=np.int64):
+    return {
+        names.INPUT_RAW_USER: np.ones((batch, 1), dtype=dtype),
+        names.INPUT_RAW_ITEM: np.ones((batch, 1), dtype=dtype),
+    }
+
+
+def _rec(user: int = 1, k: int = 10, k_shape=(1, 1)):
+    return {
+        names.INPUT_RAW_USER: np.array([[user]], dtype=np.int64),
+        names.INPUT_K: np.full(k_shape, k, dtype=np.int64),
+    }
+
+
+# (model, inputs, a fragment the error message must contain; None: Triton's own wording)
+BAD = {
+    "neumf_wrong_dtype": (names.MODEL_NEUMF, _ids(4, dtype=np.int32), None),
+    "neumf_float_ids": (names.MODEL_NEUMF, _ids(4, dtype=np.float32), None),
+    "neumf_wrong_shape": (names.MODEL_NEUMF, _ids(4, width=2), None),
+    "neumf_empty_batch": (names.MODEL_NEUMF, _ids(0), None),
+    "neumf_user_out_of_range": (names.MODEL_NEUMF, _ids(4, user=10**6), "out of range"),
+    "neumf_negative_item": (names.MODEL_NEUMF, _ids(4, item=-1), "item_id=-1"),
+    "neumf_over_max_batch": (names.MODEL_NEUMF, _ids(MAX_BATCH + 1), None),
+    "neumf_missing_input": (names.MODEL_NEUMF, {names.INPUT_USER: np.ones((2, 1), np.int64)}, None),
+    "workflow_empty_batch": (names.MODEL_WORKFLOW, _raw(0), None),
+    "ensemble_wrong_dtype": (names.MODEL_ENSEMBLE, _raw(4, dtype=np.float64), None),
+    "ensemble_over_max_batch": (names.MODEL_ENSEMBLE, _raw(MAX_BATCH + 1), None),
+    "recommend_unknown_user": (names.MODEL_RECOMMEND, _rec(user=10**9), "not in the vocabulary"),
+    "recommend_k_zero": (names.MODEL_RECOMMEND, _rec(k=0), "k=0"),
+    "recommend_k_negative": (names.MODEL_RECOMMEND, _rec(k=-3), "k=-3"),
+    "recommend_k_over_catalogue": (names.MODEL_RECOMMEND, _rec(k=10**6), "catalogue"),
+    "recommend_k_wrong_shape": (names.MODEL_RECOMMEND, _rec(k_shape=(1, 2)), None),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_request_is_rejected_and_server_keeps_answering(client, case):
+    model, inputs, fragment = BAD[case]
+    with pytest.raises(InferenceServerException) as err:
+        infer(client, model, inputs, [])
+    if fragment:
+        assert fragment in str(err.value)
+    good = infer(client, names.MODEL_NEUMF, _ids(3), [names.OUTPUT_SCORE])
+    assert good[names.OUTPUT_SCORE].shape == (3, 1)
+
+
+def test_bad_request_in_a_dynamic_batch_fails_alone(server):
+    """Requests batched together: the one with a bad id errors, the others get their scores."""
+    import tritonclient.grpc as grpc
+
+    results = {}
+
+    def done(key):
+        return lambda result, error: results.__setitem__(key, (result, error))
+
+    def executions(conn) -> int:
+        stats = conn.get_inference_statistics(names.MODEL_NEUMF, as_json=True)["model_stats"][0]
+        return int(stats.get("execution_count", 0))
+
+    with grpc.InferenceServerClient(server.grpc_url) as conn:
+        before = executions(conn)
+        for key, user in enumerate([5, 10**6, 6, 7] * 8):
+            tensors = []
+            for name, array in _ids(16, user=user).items():
+                tensors.append(grpc.InferInput(name, list(array.shape), "INT64"))
+                tensors[-1].set_data_from_numpy(array)
+            conn.async_infer(names.MODEL_NEUMF, tensors, done(key))
+        deadline = time.monotonic() + 30
+        while len(results) < 32 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        batched = executions(conn) - before < 32  # fewer forward passes than requests
+    assert len(results) == 32 and batched
+    for key, (result, error) in results.items():
+        if key % 4 == 1:
+            assert result is None and "out of range" in str(error)
+        else:
+            assert error is None and result.as_numpy(names.OUTPUT_SCORE).shape == (16, 1)

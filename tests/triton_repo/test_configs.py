@@ -1,0 +1,199 @@
+"""The committed triton_repo/ definitions parse as Triton ModelConfig and use ncf/names.py."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from models.repo_writer import MODEL_ARTIFACTS, project_repo
+from ncf import names
+
+REPO = project_repo()
+ALL_MODELS = sorted(MODEL_ARTIFACTS)
+PYTHON_MODELS = [names.MODEL_NEUMF, names.MODEL_WORKFLOW, names.MODEL_RECOMMEND]
+NEUMF_MODELS = [names.MODEL_NEUMF, names.MODEL_NEUMF_LIBTORCH, names.MODEL_NEUMF_ONNX]
+# What triton_repo/*/1/model.py may import (docs/ARCHITECTURE.md).
+ALLOWED_IMPORTS = {
+    "hashlib",
+    "json",
+    "os",
+    "numpy",
+    "torch",
+    "onnxruntime",
+    "triton_python_backend_utils",
+}
+
+
+def parse(path: Path) -> mc.ModelConfig:
+    return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+
+
+def config(model: str) -> mc.ModelConfig:
+    return parse(REPO / model / "config.pbtxt")
+
+
+def io(tensors) -> list[tuple[str, str, list[int]]]:
+    return [(t.name, mc.DataType.Name(t.data_type), list(t.dims)) for t in tensors]
+
+
+def params(cfg: mc.ModelConfig) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+def test_repository_holds_exactly_the_shared_model_names():
+    dirs = sorted(p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith("."))
+    shared = sorted(getattr(names, n) for n in dir(names) if n.startswith("MODEL_"))
+    assert dirs == shared == ALL_MODELS
+    assert set(names.CPU_MODELS) == {*PYTHON_MODELS, names.MODEL_ENSEMBLE}
+
+
+@pytest.mark.parametrize("model", ALL_MODELS)
+def test_every_config_parses_and_is_named_after_its_folder(model):
+    assert config(model).name == model
+
+
+@pytest.mark.parametrize("model", NEUMF_MODELS)
+def test_neumf_models_take_model_ids_and_return_a_score(model):
+    cfg = config(model)
+    assert io(cfg.input) == [
+        (names.INPUT_USER, "TYPE_INT64", [1]),
+        (names.INPUT_ITEM, "TYPE_INT64", [1]),
+    ]
+    assert io(cfg.output) == [(names.OUTPUT_SCORE, "TYPE_FP32", [1])]
+    assert cfg.max_batch_size == config(names.MODEL_NEUMF).max_batch_size > 1
+    assert cfg.HasField("dynamic_batching")
+
+
+def test_official_backend_configs_name_the_exported_artifacts():
+    libtorch, onnx = config(names.MODEL_NEUMF_LIBTORCH), config(names.MODEL_NEUMF_ONNX)
+    assert (libtorch.platform, libtorch.default_model_filename) == (
+        "pytorch_libtorch",
+        names.ARTIFACT_TORCHSCRIPT,
+    )
+    assert (onnx.platform, onnx.default_model_filename) == ("onnxruntime_onnx", names.ARTIFACT_ONNX)
+
+
+@pytest.mark.parametrize("model", PYTHON_MODELS)
+def test_python_models_run_on_cpu_and_name_shared_artifacts(model):
+    cfg = config(model)
+    assert cfg.backend == "python" and (REPO / model / "1" / "model.py").is_file()
+    assert [g.kind for g in cfg.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+    p = params(cfg)
+    assert p["manifest"] == names.MANIFEST_FILE
+    shared = {
+        "torchscript_artifact": names.ARTIFACT_TORCHSCRIPT,
+        "onnx_artifact": names.ARTIFACT_ONNX,
+        "vocab_artifact": names.ARTIFACT_VOCAB,
+        "seen_artifact": names.ARTIFACT_SEEN,
+    }
+    named = {k: v for k, v in p.items() if k.endswith("_artifact")}
+    assert named and named == {k: shared[k] for k in named}
+    assert set(named.values()) <= set(MODEL_ARTIFACTS[model])  # export writes what it loads
+
+
+def test_neumf_runtime_parameter():
+    assert params(config(names.MODEL_NEUMF))["runtime"] in ("torchscript", "onnx")
+
+
+def test_workflow_maps_raw_ids_to_model_ids():
+    cfg = config(names.MODEL_WORKFLOW)
+    assert io(cfg.input) == [
+        (names.INPUT_RAW_USER, "TYPE_INT64", [1]),
+        (names.INPUT_RAW_ITEM, "TYPE_INT64", [1]),
+    ]
+    assert io(cfg.output) == [
+        (names.INPUT_USER, "TYPE_INT64", [1]),
+        (names.INPUT_ITEM, "TYPE_INT64", [1]),
+        (names.OUTPUT_KNOWN, "TYPE_BOOL", [1]),
+    ]
+
+
+def test_ensemble_chains_workflow_into_neumf():
+    cfg = config(names.MODEL_ENSEMBLE)
+    assert cfg.platform == "ensemble"
+    assert io(cfg.input) == io(config(names.MODEL_WORKFLOW).input)
+    assert [t.name for t in cfg.output] == [names.OUTPUT_SCORE, names.OUTPUT_KNOWN]
+    steps = cfg.ensemble_scheduling.step
+    assert [s.model_name for s in steps] == [names.MODEL_WORKFLOW, names.MODEL_NEUMF]
+    produced = {t.name for t in cfg.input}
+    for step in steps:
+        step_cfg = config(step.model_name)
+        assert set(step.input_map) == {t.name for t in step_cfg.input}
+        assert set(step.input_map.values()) <= produced  # every step input exists by then
+        assert set(step.output_map) <= {t.name for t in step_cfg.output}
+        produced |= set(step.output_map.values())
+        assert cfg.max_batch_size <= step_cfg.max_batch_size
+    assert {t.name for t in cfg.output} <= produced
+
+
+def test_recommend_io_and_scorer():
+    cfg = config(names.MODEL_RECOMMEND)
+    assert cfg.max_batch_size == 0
+    assert io(cfg.input) == [
+        (names.INPUT_RAW_USER, "TYPE_INT64", [1, 1]),
+        (names.INPUT_K, "TYPE_INT64", [1, 1]),
+    ]
+    assert io(cfg.output) == [
+        (names.OUTPUT_RAW_ITEMS, "TYPE_INT64", [1, -1]),
+        (names.OUTPUT_SCORES, "TYPE_FP32", [1, -1]),
+    ]
+    p = params(cfg)
+    assert (
+        p["scorer_model"],
+        p["scorer_user_input"],
+        p["scorer_item_input"],
+        p["scorer_output"],
+    ) == (
+        names.MODEL_NEUMF,
+        names.INPUT_USER,
+        names.INPUT_ITEM,
+        names.OUTPUT_SCORE,
+    )
+    assert int(p["scorer_max_batch_size"]) == config(names.MODEL_NEUMF).max_batch_size
+
+
+def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
+    """The GPU variant with its intended differences undone (must then equal config.pbtxt)."""
+    if model == names.MODEL_NEUMF:  # the python neumf on the GPU
+        assert [g.kind for g in gpu.instance_group] == [mc.ModelInstanceGroup.KIND_GPU]
+        gpu.instance_group[0].kind = mc.ModelInstanceGroup.KIND_CPU
+    elif model == names.MODEL_ENSEMBLE:  # the network step on the official PyTorch backend
+        step = gpu.ensemble_scheduling.step[1]
+        assert step.model_name == names.MODEL_NEUMF_LIBTORCH
+        step.model_name = names.MODEL_NEUMF
+    elif model == names.MODEL_RECOMMEND:  # scored by the official PyTorch backend
+        assert gpu.parameters["scorer_model"].string_value == names.MODEL_NEUMF_LIBTORCH
+        gpu.parameters["scorer_model"].string_value = names.MODEL_NEUMF
+    return gpu
+
+
+GPU_VARIANTS = sorted(REPO.glob("*/configs/*.pbtxt"))
+
+
+def test_gpu_variants_exist_for_the_models_the_gpu_container_changes():
+    assert sorted(p.parent.parent.name for p in GPU_VARIANTS) == sorted(
+        [names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND]
+    )
+    assert {p.name for p in GPU_VARIANTS} == {"gpu.pbtxt"}
+
+
+@pytest.mark.parametrize("path", GPU_VARIANTS, ids=lambda p: p.parent.parent.name)
+def test_gpu_variant_differs_only_where_intended(path):
+    model = path.parent.parent.name
+    assert _gpu_normalized(model, parse(path)) == config(model)
+
+
+@pytest.mark.parametrize("model", PYTHON_MODELS)
+def test_python_models_import_only_what_the_architecture_allows(model):
+    tree = ast.parse((REPO / model / "1" / "model.py").read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported <= ALLOWED_IMPORTS

@@ -1,0 +1,128 @@
+"""Triton python backend: the top-k raw movieIds for a raw userId, the rated items excluded.
+
+Config (``../config.pbtxt``): inputs raw user id and k (INT64 ``[1, 1]``, in that order); outputs
+raw item ids (INT64 ``[1, k]``) and their scores (FP32 ``[1, k]``), best first, ties broken by the
+lower item model id. Every item of the catalogue (``item_id_range`` in the manifest) is scored in
+one batched request to the scorer model (BLS; ``neumf``), chunked only when the catalogue exceeds
+the scorer's batch limit. ``vocab.npz`` (see the workflow model) maps ids both ways; ``seen.npz``
+holds each user's rated items as CSR arrays (``indptr [num_users + 1]``, ``indices``) by model id.
+"""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def verified_artifact(version_dir, manifest_name, artifact):
+    """Path of ``artifact`` after checking its sha256 against the manifest; raise otherwise."""
+    manifest_path = os.path.join(version_dir, manifest_name)
+    path = os.path.join(version_dir, artifact)
+    if not os.path.isfile(manifest_path):
+        raise pb_utils.TritonModelException(
+            f"{manifest_path} not found: run `ncf export` to write the artifacts and manifest"
+        )
+    with open(manifest_path, encoding="utf-8") as f:
+        expected = json.load(f).get("artifacts", {}).get(artifact, {}).get("sha256")
+    if expected is None:
+        raise pb_utils.TritonModelException(f"{manifest_path} lists no sha256 for {artifact}")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise pb_utils.TritonModelException(
+            f"refusing to load {path}: sha256 {digest.hexdigest()} does not match {expected} in "
+            f"{manifest_path} (modified or partly written); re-run `ncf export`"
+        )
+    return path
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        p = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
+        self.raw_user_in, self.k_in = (t["name"] for t in cfg["input"])
+        self.items_out, self.scores_out = (t["name"] for t in cfg["output"])
+        self.scorer = p["scorer_model"]
+        self.scorer_user, self.scorer_item = p["scorer_user_input"], p["scorer_item_input"]
+        self.scorer_out = p["scorer_output"]
+        self.chunk = int(p["scorer_max_batch_size"])
+        vdir = os.path.join(args["model_repository"], args["model_version"])
+        with open(os.path.join(vdir, p["manifest"]), encoding="utf-8") as f:
+            lo, hi = json.load(f)["ids"]["item_id_range"]
+        self.candidates = np.arange(lo, hi, dtype=np.int64)  # [C] item model ids, the catalogue
+        with np.load(verified_artifact(vdir, p["manifest"], p["vocab_artifact"])) as z:
+            self.user_raw, self.user_code = z["user_raw"], z["user_code"]  # sorted raw, codes
+            self.raw_item_of = np.full(hi, -1, dtype=np.int64)  # [hi] item code -> raw id
+            self.raw_item_of[z["item_code"]] = z["item_raw"]
+        with np.load(verified_artifact(vdir, p["manifest"], p["seen_artifact"])) as z:
+            self.seen_indptr, self.seen_items = z["indptr"], z["indices"]
+
+    def _user_code(self, raw_user):
+        pos = min(int(np.searchsorted(self.user_raw, raw_user)), len(self.user_raw) - 1)
+        return int(self.user_code[pos]) if self.user_raw[pos] == raw_user else None
+
+    def _scores(self, user):
+        """Scores [C] of every catalogue item for model id ``user`` (one BLS request per chunk)."""
+        parts = []
+        for start in range(0, len(self.candidates), self.chunk):
+            items = self.candidates[start : start + self.chunk, None]  # [c, 1]
+            users = np.full_like(items, user)
+            request = pb_utils.InferenceRequest(
+                model_name=self.scorer,
+                requested_output_names=[self.scorer_out],
+                inputs=[
+                    pb_utils.Tensor(self.scorer_user, users),
+                    pb_utils.Tensor(self.scorer_item, items),
+                ],
+                # a GPU scorer (neumf_libtorch) would otherwise answer in GPU memory
+                preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+            )
+            response = request.exec()
+            if response.has_error():
+                raise RuntimeError(f"scorer model {self.scorer!r}: {response.error().message()}")
+            parts.append(pb_utils.get_output_tensor_by_name(response, self.scorer_out).as_numpy())
+        return np.concatenate(parts)[:, 0]
+
+    def _recommend(self, raw_user, k):
+        """(raw item ids [1, n], scores [1, n]) with n = min(k, unrated items), or an error string."""
+        if k <= 0 or k > len(self.candidates):
+            return f"{self.k_in}={k}: must be in [1, {len(self.candidates)}] (the catalogue size)"
+        user = self._user_code(raw_user)
+        if user is None:
+            return (
+                f"{self.raw_user_in}={raw_user} is not in the vocabulary (no ratings in the "
+                "training data): recommendations need a known user"
+            )
+        scores = self._scores(user)  # [C]
+        keep = np.ones(len(self.candidates), dtype=bool)
+        seen = self.seen_items[self.seen_indptr[user] : self.seen_indptr[user + 1]]
+        seen = seen[(seen >= self.candidates[0]) & (seen <= self.candidates[-1])]
+        keep[seen - self.candidates[0]] = False
+        items, scores = self.candidates[keep], scores[keep]
+        best = np.lexsort((items, -scores))[:k]  # score descending, then item id ascending
+        return self.raw_item_of[items[best]][None, :], scores[best][None, :].astype(np.float32)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            raw_user = int(
+                pb_utils.get_input_tensor_by_name(request, self.raw_user_in).as_numpy()[0, 0]
+            )
+            k = int(pb_utils.get_input_tensor_by_name(request, self.k_in).as_numpy()[0, 0])
+            try:
+                result = self._recommend(raw_user, k)
+            except RuntimeError as exc:
+                result = str(exc)
+            if isinstance(result, str):
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result)))
+                continue
+            outputs = [
+                pb_utils.Tensor(self.items_out, result[0]),
+                pb_utils.Tensor(self.scores_out, result[1]),
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
