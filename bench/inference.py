@@ -1,0 +1,402 @@
+"""``ncf bench inference``: NeuMF scoring throughput and latency in eager PyTorch, TorchScript and
+ONNX Runtime, as DLE's inference tables report them.
+
+For each backend x precision x batch size: random valid (user, item) ids, warm-up calls dropped,
+then timed calls (device synchronised after each) until ``--max-iters`` or ``--max-seconds``;
+reports samples/s (batch / mean latency) and mean/p90/p95/p99 latency in ms.
+
+    python -m bench.inference                                    # CPU, ML-20m-sized random model
+    python -m bench.inference --checkpoint work/train/best.pt    # a trained model
+    python -m bench.inference --device cuda --batch-sizes 1024 1048576
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import os
+import shlex
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.common import RESULTS_DIR, write_results
+from models.neumf import NeuMF, NeuMFConfig
+from ncf import names
+
+BATCH_SIZES = (1, 64, 1024, 16384, 262144, 1048576)
+BACKENDS = ("eager", "torchscript", "onnx")
+COLUMNS = (
+    "backend",
+    "precision",
+    "device",
+    "batch",
+    "samples_per_s",
+    "lat_mean_ms",
+    "lat_p90_ms",
+    "lat_p95_ms",
+    "lat_p99_ms",
+    "iters",
+)
+ML20M_USERS, ML20M_ITEMS = 138_493, 26_744
+_DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+
+
+class Scorer(nn.Module):
+    """The served network: ``user_id [B, 1]``, ``item_id [B, 1]`` int64 -> probability ``[B, 1]``.
+
+    Same contract as ``models.export.ServingNeuMF`` (kept local: that module imports onnx, which
+    the GPU box lacks).
+    """
+
+    def __init__(self, model: NeuMF):
+        super().__init__()
+        self.model = model
+
+    def forward(self, user_id: torch.Tensor, item_id: torch.Tensor) -> torch.Tensor:
+        logits = self.model(user_id.squeeze(1), item_id.squeeze(1))  # [B]
+        return torch.sigmoid(logits).unsqueeze(1).float()  # [B, 1]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="training checkpoint (best.pt); default: a "
+        "randomly initialised NeuMF of --num-users x --num-items (fine for throughput)",
+    )
+    p.add_argument("--num-users", type=int, default=ML20M_USERS)
+    p.add_argument("--num-items", type=int, default=ML20M_ITEMS)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    p.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=None,
+        choices=sorted(_DTYPES),
+        help="default: fp32 (+ bf16 where the CPU has it) on CPU; tf32 fp32 fp16 bf16 on CUDA",
+    )
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per point")
+    p.add_argument("--max-iters", type=int, default=200, help="timed calls per point, at most")
+    p.add_argument("--min-iters", type=int, default=5, help="timed calls per point, at least")
+    p.add_argument("--max-seconds", type=float, default=2.0, help="time budget per point")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--name", default="inference", help="results name (<results-dir>/<name>.json)")
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+
+
+def load_model(args: argparse.Namespace) -> tuple[NeuMF, str]:
+    """The model to time and a description of where it came from."""
+    if args.checkpoint is None:
+        torch.manual_seed(args.seed)
+        cfg = NeuMFConfig(num_users=args.num_users, num_items=args.num_items)
+        return NeuMF(
+            cfg
+        ).eval(), f"random init ({args.num_users:,} users x {args.num_items:,} items)"
+    if not args.checkpoint.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {args.checkpoint} not found: pass --checkpoint RUN_DIR/best.pt"
+        )
+    try:
+        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle/zip errors have many types; all mean "not a checkpoint"
+        raise ValueError(f"{args.checkpoint} is not a torch checkpoint: {exc}") from exc
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise ValueError(
+            f"{args.checkpoint}: expected a dict with 'model' and 'config' (ncf train's best.pt)"
+        )
+    state = {
+        k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()
+    }
+    model = NeuMF(NeuMFConfig(**ckpt["config"]))
+    model.load_state_dict(state)
+    return model.eval(), str(args.checkpoint)
+
+
+def default_precisions(device: str) -> list[str]:
+    """fp32 plus the reduced precisions the device runs natively."""
+    if device == "cuda":
+        out = ["tf32", "fp32", "fp16"]
+        return out + (["bf16"] if torch.cuda.is_bf16_supported() else [])
+    flags = _cpu_flags()
+    return ["fp32"] + (["bf16"] if {"avx512_bf16", "amx_bf16"} & flags else [])
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def make_runner(
+    backend: str,
+    scorer: Scorer,
+    precision: str,
+    device: torch.device,
+    example: tuple[torch.Tensor, torch.Tensor],
+) -> Callable:
+    """A callable ``(users [B,1], items [B,1]) -> scores`` for one backend and precision.
+
+    Reduced precisions cast the whole model (weights and activations), as inference does.
+    """
+    net = copy.deepcopy(scorer).to(device=device, dtype=_DTYPES[precision]).eval()
+    if backend == "eager":
+
+        def eager(u, i):
+            with torch.inference_mode():
+                return net(u, i)
+
+        return eager
+    if backend == "torchscript":
+        with torch.no_grad():
+            traced = torch.jit.trace(net, example)
+        buf = io.BytesIO()
+        torch.jit.save(traced, buf)  # time what Triton would load: a saved, reloaded module
+        buf.seek(0)
+        loaded = torch.jit.load(buf, map_location=device).eval()
+
+        def script(u, i):
+            with torch.inference_mode():
+                return loaded(u, i)
+
+        return script
+    return _onnx_runner(net, precision, device, example)
+
+
+def _onnx_runner(net: Scorer, precision: str, device: torch.device, example) -> Callable:
+    if precision != "fp32" or device.type != "cpu":
+        raise RuntimeError("ONNX Runtime is timed in fp32 on the CPU execution provider only")
+    import onnxruntime as ort  # imported here: not installed on every host (the GPU box)
+
+    batch = torch.export.Dim("batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # exporter chatter (axis renames, deprecations)
+        program = torch.onnx.export(
+            net,
+            example,
+            input_names=[names.INPUT_USER, names.INPUT_ITEM],
+            output_names=[names.OUTPUT_SCORE],
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+            dynamic_shapes=({0: batch}, {0: batch}),
+        )
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(
+        program.model_proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+
+    def onnx_run(u, i):
+        return sess.run(None, {names.INPUT_USER: u.numpy(), names.INPUT_ITEM: i.numpy()})[0]
+
+    return onnx_run
+
+
+def time_calls(
+    fn: Callable,
+    sync: Callable[[], None],
+    warmup: int,
+    min_iters: int,
+    max_iters: int,
+    max_seconds: float,
+) -> np.ndarray:
+    """Latencies in seconds of timed calls of ``fn()`` (warm-up calls dropped).
+
+    One warm-up call always runs; up to ``warmup`` run while they take under half of
+    ``max_seconds`` (big batches stay bounded). Timed calls stop after ``max_iters``, or once
+    ``max_seconds`` have passed and ``min_iters`` calls are done; ``sync`` waits for the device.
+    """
+    start = time.perf_counter()
+    for i in range(max(warmup, 1)):
+        if i and time.perf_counter() - start > max_seconds / 2:
+            break
+        fn()
+        sync()
+    lat = []
+    start = time.perf_counter()
+    while len(lat) < max_iters:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        lat.append(time.perf_counter() - t0)
+        if len(lat) >= min_iters and time.perf_counter() - start >= max_seconds:
+            break
+    return np.asarray(lat)
+
+
+def summarize(lat: np.ndarray, batch: int) -> dict[str, float | int]:
+    """Throughput (samples/s from the mean latency) and latency statistics in ms."""
+    mean = float(lat.mean())
+    p90, p95, p99 = np.percentile(lat, [90, 95, 99]) * 1e3
+    return {
+        "samples_per_s": batch / mean,
+        "lat_mean_ms": mean * 1e3,
+        "lat_p90_ms": float(p90),
+        "lat_p95_ms": float(p95),
+        "lat_p99_ms": float(p99),
+        "iters": int(lat.size),
+    }
+
+
+def random_ids(cfg: NeuMFConfig, batch: int, device: torch.device, seed: int):
+    """Valid ids ``[batch, 1]`` int64 for every embedding row of the model."""
+    gen = torch.Generator().manual_seed(seed)
+    users = torch.randint(0, cfg.num_users, (batch, 1), generator=gen)
+    items = torch.randint(0, cfg.num_items, (batch, 1), generator=gen)
+    return users.to(device), items.to(device)
+
+
+def bench_point(
+    runner: Callable, cfg: NeuMFConfig, batch: int, device: torch.device, args: argparse.Namespace
+) -> dict:
+    """Time one (backend, precision, batch) point."""
+    users, items = random_ids(cfg, batch, device, args.seed + batch)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    lat = time_calls(
+        lambda: runner(users, items),
+        sync,
+        args.warmup,
+        args.min_iters,
+        args.max_iters,
+        args.max_seconds,
+    )
+    return {"batch": batch, **summarize(lat, batch)}
+
+
+def run_matrix(model: NeuMF, args: argparse.Namespace, precisions: Sequence[str]):
+    """Every backend x precision x batch point; returns (rows, skipped reasons)."""
+    device = torch.device(args.device)
+    scorer = Scorer(model)
+    example = random_ids(model.cfg, 8, device, args.seed)
+    rows, skipped = [], []
+    for backend in args.backends:
+        for precision in precisions:
+            try:
+                with _matmul_precision(precision):
+                    runner = make_runner(backend, scorer, precision, device, example)
+            except (ImportError, RuntimeError) as exc:
+                skipped.append(f"{backend}/{precision}: {str(exc).splitlines()[0]}")
+                print(f"skip {skipped[-1]}", file=sys.stderr)
+                continue
+            for batch in args.batch_sizes:
+                with _matmul_precision(precision):
+                    row = bench_point(runner, model.cfg, batch, device, args)
+                rows.append(
+                    {"backend": backend, "precision": precision, "device": args.device, **row}
+                )
+                print(
+                    f"{backend:12s}{precision:6s}batch {batch:>9,}: {row['samples_per_s']:>14,.0f} "
+                    f"samples/s, mean {row['lat_mean_ms']:.3f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return rows, skipped
+
+
+class _matmul_precision:
+    """TF32 matmuls for ``tf32`` only (so ``fp32`` on CUDA is strict IEEE fp32)."""
+
+    def __init__(self, precision: str):
+        self.tf32 = precision == "tf32"
+
+    def __enter__(self) -> None:
+        self.old = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if self.tf32 else "highest")
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_float32_matmul_precision(self.old)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    bad = [b for b in args.batch_sizes if b < 1]
+    if bad:
+        raise ValueError(f"--batch-sizes {bad}: every batch size must be >= 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+    if args.min_iters < 1 or args.max_iters < args.min_iters:
+        raise ValueError(
+            f"--min-iters {args.min_iters} / --max-iters {args.max_iters}: need 1 <= min <= max"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, source = load_model(args)
+    precisions = args.precisions or default_precisions(args.device)
+    rows, skipped = run_matrix(model, args, precisions)
+    if not rows:
+        raise RuntimeError(f"no benchmark point could run: {skipped}")
+    extra = {
+        "model": source,
+        "num_users": model.cfg.num_users,
+        "num_items": model.cfg.num_items,
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),  # > cores: timings are contended
+        "skipped": skipped,
+        "settings": {
+            k: getattr(args, k) for k in ("warmup", "min_iters", "max_iters", "max_seconds")
+        },
+    }
+    command = "python -m bench.inference " + shlex.join(sys.argv[1:])
+    write_results(
+        args.name,
+        rows,
+        COLUMNS,
+        command,
+        extra=extra,
+        results_dir=args.results_dir,
+        title=f"NeuMF inference ({args.device})",
+    )
+    if not args.no_plot:
+        from bench.plots import line_plot
+
+        path = args.results_dir / f"{args.name}.png"
+        line_plot(
+            rows,
+            x="batch",
+            y="lat_mean_ms",
+            series=("backend", "precision"),
+            path=path,
+            title=f"NeuMF inference latency vs batch ({args.device})",
+            logx=True,
+            logy=True,
+            y2="samples_per_s",
+        )
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.inference", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"bench.inference: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Write a perf_analyzer ``--input-data`` JSON of real ids for one model of an exported repository.
+
+perf_analyzer's own random INT64 inputs index outside the embeddings; docker-compose's ``bench``
+service (Triton SDK image) reads the file this writes after ``ncf export``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bench.triton import IdPool, pa_input_data
+from ncf import names
+from ncf.atomic import write_text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", type=Path, default=Path("triton_repo"), help="exported repository")
+    p.add_argument(
+        "--model",
+        default=names.MODEL_NEUMF,
+        choices=(names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND),
+        help="whose inputs to write (neumf_libtorch/neumf_onnx take neumf's); default %(default)s",
+    )
+    p.add_argument("--entries", type=int, default=1024, help="batch-1 entries (default %(default)s)")
+    p.add_argument("--k", type=int, default=10, help="k for `recommend`")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("triton_repo/perf_input.json"))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.entries < 1:
+        raise ValueError(f"--entries {args.entries}: must be >= 1")
+    data = pa_input_data(IdPool(args.repo), args.model, args.k, args.entries, args.seed)
+    write_text(args.out, json.dumps(data))
+    print(f"wrote {args.out} ({args.entries} entries for {args.model})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.pa_input", description=__doc__)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""A same-machine baseline: DLE's NeuMF training step as DLE runs it, timed like ours.
+
+DLE (PyTorch/Recommendation/NCF) trains the whole global batch at once with ``nn.Dropout`` after
+each MLP ReLU, a mean ``BCEWithLogitsLoss`` and Adam, on DLE's approximate (uniform) negatives.
+Here: the same NeuMF weights and initialisation (models/neumf.py), that forward written out with
+``F.dropout``, the single-tensor Adam and glibc's default allocator (the worker does not call
+``models.runtime.configure``). Timing it in the same run as our step makes the speed-up robust to
+whatever else the machine is doing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from models.data import EtlData
+from models.epoch import epoch_generator, gather, plan_epoch
+from models.neumf import NeuMF, NeuMFConfig
+
+
+def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
+    """Logits ``[B]``: GMF product and MLP tower with ``dropout(relu(.))``, concatenated."""
+    xmf = model.mf_user_embed(user) * model.mf_item_embed(item)
+    x = torch.cat((model.mlp_user_embed(user), model.mlp_item_embed(item)), dim=1)
+    for layer in model.mlp:
+        x = F.dropout(torch.relu(layer(x)), model.cfg.dropout, training=True)
+    return model.final(torch.cat((xmf, x), dim=1)).squeeze(1)
+
+
+def time_dle_steps(
+    data: EtlData, batch: int, warmup: int, steps: int, device: torch.device
+) -> dict:
+    """Samples/s of DLE's step on global batches of epoch 0 (approximate negatives, 4 per positive)."""
+    torch.manual_seed(1)
+    model = NeuMF(NeuMFConfig(data.num_users, data.num_items)).to(device).train()
+    opt = torch.optim.Adam(
+        model.parameters(), lr=0.0045, betas=(0.25, 0.5), eps=1e-8, foreach=False
+    )
+    gen = epoch_generator(1, 0, device)
+    plan = plan_epoch(data, 4, "approximate", None, gen)
+    n = plan.num_samples
+    starts = [(i * batch) % max(n - batch, 1) for i in range(warmup + steps)]
+    seconds = 0.0
+    for k, start in enumerate(starts):
+        t0 = time.perf_counter()
+        users, items, labels = gather(plan, data, plan.perm[start : start + batch])
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(
+            dle_forward(model, users.long(), items.long()), labels
+        )
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if k >= warmup:
+            seconds += time.perf_counter() - t0
+    size = min(batch, n)
+    return {
+        "samples_per_s": round(steps * size / seconds),
+        "step_s": round(seconds / steps, 4),
+        "micro_batch": size,
+    }

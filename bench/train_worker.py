@@ -1,0 +1,159 @@
+"""One measurement of ``bench/train.py``, run in a fresh process (or torchrun process group).
+
+Modes: ``steps`` (samples/s of timed optimizer steps; precision ``dle`` times DLE's own step), ``sampling`` (an epoch's negatives, exact vs
+approximate) and ``fit`` (a full timed run: every epoch trained and evaluated, as ``ncf train``).
+Rank 0 writes the result JSON to ``point["result"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench.train_data import load
+from bench.train_dle import time_dle_steps
+from models.distributed import DistEnv, process_group
+from models.epoch import epoch_generator, plan_epoch
+from models.evaluate import evaluate_itempop
+from models.fit import run_epochs, summarize
+from models.presets import TrainConfig
+from models.runtime import configure, default_threads
+from models.sampling import PositiveSet
+from models.trainer import RunOptions, Trainer
+from ncf.dllog import DLLogger
+
+
+def _sync(env: DistEnv) -> None:
+    if env.device.type == "cuda":
+        torch.cuda.synchronize(env.device)
+
+
+def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
+    """Plan epoch 0, run ``warmup`` then ``steps`` global batches; throughput of the timed ones."""
+    env, batch = tr.env, tr.cfg.batch_size
+    gen = epoch_generator(tr.cfg.seed, 0, env.device)
+    t0 = time.perf_counter()
+    plan = plan_epoch(tr.data, tr.cfg.negatives, tr.cfg.negative_sampling, tr.positives, gen)
+    _sync(env)
+    plan_s = time.perf_counter() - t0
+    n = plan.num_samples
+    starts = [(i * batch) % max(n - batch, 1) for i in range(warmup + steps)]
+    for s in starts[:warmup]:
+        tr.step(plan, s, min(batch, n), gen)
+    _sync(env)
+    t0 = time.perf_counter()
+    for s in starts[warmup:]:
+        tr.step(plan, s, min(batch, n), gen)
+    _sync(env)
+    seconds = time.perf_counter() - t0
+    return {
+        "samples_per_s": round(steps * min(batch, n) / seconds),
+        "step_s": round(seconds / steps, 4),
+        "epoch_plan_s": round(plan_s, 3),
+        "micro_batch": -(-min(batch, n) // env.world_size // tr.micro_batches(batch)),
+    }
+
+
+def time_sampling(tr: Trainer) -> dict:
+    """One epoch's training negatives (4 per positive) in both modes, and DLE's collision rate."""
+    data, env = tr.data, tr.env
+    t0 = time.perf_counter()
+    positives = PositiveSet(data.train_users, data.train_items, data.num_users, data.num_items)
+    _sync(env)
+    out = {
+        "positive_set_s": round(time.perf_counter() - t0, 3),
+        "backend": positives.backend,
+        "negatives": int(data.train_users.numel()) * tr.cfg.negatives,
+    }
+    for mode in ("approximate", "exact"):
+        gen = epoch_generator(tr.cfg.seed, 0, env.device)
+        t0 = time.perf_counter()
+        plan = plan_epoch(data, tr.cfg.negatives, mode, positives if mode == "exact" else None, gen)
+        _sync(env)
+        out[f"{mode}_epoch_s"] = round(time.perf_counter() - t0, 3)
+        users = data.train_users.repeat(tr.cfg.negatives)
+        out[f"{mode}_positive_rate"] = float(
+            positives.contains(users, plan.negatives).float().mean()
+        )
+    out["exact_over_approximate"] = round(
+        out["exact_epoch_s"] / max(out["approximate_epoch_s"], 1e-9), 3
+    )
+    return out
+
+
+def timed_fit(tr: Trainer, out: Path) -> dict:
+    """Every epoch trained, evaluated and checkpointed, as ``ncf train`` does; DLE's summary."""
+    log = DLLogger(out / "log.json", stdout=tr.env.is_main, enabled=tr.env.is_main)
+    itempop = evaluate_itempop(tr.data, tr.cfg.topk)
+    t0 = time.perf_counter()
+    run_epochs(tr, log)
+    wall = time.perf_counter() - t0
+    log.close()
+    k = tr.cfg.topk
+    return {
+        **summarize(tr.history, tr.cfg.threshold, k),
+        "wall_s": round(wall, 2),
+        f"itempop_hr@{k}": itempop["hr"],
+        f"itempop_ndcg@{k}": itempop["ndcg"],
+        "history": [
+            {kk: h[kk] for kk in ("epoch", f"hr@{k}", f"ndcg@{k}", "loss")} for h in tr.history
+        ],
+    }
+
+
+def work(point: dict) -> int:
+    """Run the measurement ``point`` describes (see bench/train.py)."""
+    precision = point["precision"]
+    with process_group(point["device"]) as env, tempfile.TemporaryDirectory() as tmp:
+        if precision == "dle":  # DLE's own step: none of our runtime settings
+            torch.set_num_threads(default_threads(env.local_world_size))
+            data = load(point["data"], env.device)
+            res = time_dle_steps(data, point["batch"], point["warmup"], point["steps"], env.device)
+            res.update(
+                device=str(env.device),
+                batch=point["batch"],
+                precision=precision,
+                world_size=env.world_size,
+            )
+            if env.is_main:
+                Path(point["result"]).write_text(json.dumps(res))
+            return 0
+        configure(
+            env.device,
+            default_threads(env.local_world_size),
+            deterministic=False,
+            tf32=precision == "tf32",
+        )
+        data = load(point["data"], env.device)
+        cfg = TrainConfig(
+            batch_size=point["batch"],
+            micro_batch=point.get("micro_batch", 0),
+            epochs=point.get("epochs", 30),
+        )
+        opts = RunOptions(
+            out=Path(tmp), etl_dir=Path(point["data"]), amp=precision in ("bf16", "amp")
+        )
+        tr = Trainer(data, cfg, env, opts)
+        if env.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(env.device)
+        if point["mode"] == "steps":
+            res = time_steps(tr, point["warmup"], point["steps"])
+        elif point["mode"] == "sampling":
+            res = time_sampling(tr)
+        else:
+            res = timed_fit(tr, Path(tmp))
+        res.update(
+            device=str(env.device),
+            batch=point["batch"],
+            precision=precision,
+            world_size=env.world_size,
+        )
+        if env.device.type == "cuda":
+            res["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**30, 3)
+        if env.is_main:
+            Path(point["result"]).write_text(json.dumps(res))
+    return 0

@@ -1,0 +1,561 @@
+"""``ncf bench triton``: throughput and latency of the served models on a real tritonserver.
+
+The bench starts its own server on loopback ports (``ncf.triton_server.TritonServer``) on an
+exported repository and loads ``neumf`` (model ids), ``ncf`` (the ensemble: raw ids -> workflow ->
+neumf) and ``recommend`` (top-K for one raw userId). For each model x protocol (HTTP, gRPC) x batch
+(1, 1024; ``recommend`` is one user per request) x concurrency (1, 4, 8, 16) it reports throughput
+and p50/p90/p99 latency, plus the server's own mean queue and compute time per request from its
+statistics endpoint (summed over the composing models of an ensemble or BLS model).
+
+The load comes from Triton's perf_analyzer 2.51 (``bench/setup_perf_analyzer.sh`` builds it in
+``.venv-pa``; fed with real ids through ``--input-data``) when it runs here, else from the
+project's own bounded tritonclient generator (threads, one client each); the ``generator`` column
+says which produced each row.
+
+    ncf export --checkpoint work/train/best.pt --data work/etl --repo triton_repo
+    python -m bench.triton --repo triton_repo
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import RESULTS_DIR, write_results
+from ncf import names
+
+PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
+Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
+
+COLUMNS = (
+    "model",
+    "protocol",
+    "batch",
+    "concurrency",
+    "generator",
+    "samples_per_s",
+    "infer_per_s",
+    "lat_p50_ms",
+    "lat_p90_ms",
+    "lat_p99_ms",
+    "server_queue_us",
+    "server_compute_us",
+    "errors",
+)
+MODELS = (names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND)
+# Models each benchmarked model calls (they must be loaded too).
+COMPOSING = {
+    names.MODEL_NEUMF: (),
+    names.MODEL_ENSEMBLE: (names.MODEL_WORKFLOW, names.MODEL_NEUMF),
+    names.MODEL_RECOMMEND: (names.MODEL_NEUMF,),
+}
+# Models whose statistics add up to a request's server time: an ensemble has no compute of its
+# own (its steps do), while a BLS model's compute already includes the calls it makes.
+STATS_MODELS = {
+    names.MODEL_NEUMF: (names.MODEL_NEUMF,),
+    names.MODEL_ENSEMBLE: (names.MODEL_ENSEMBLE, names.MODEL_WORKFLOW, names.MODEL_NEUMF),
+    names.MODEL_RECOMMEND: (names.MODEL_RECOMMEND,),
+}
+
+
+class IdPool:
+    """Valid ids of an exported repository: model-id ranges and raw-id vocabularies.
+
+    Read from ``workflow/1/`` (``manifest.json`` "ids" and ``vocab.npz``), as ``ncf export``
+    writes them.
+    """
+
+    def __init__(self, repo: str | Path):
+        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
+        manifest = vdir / names.MANIFEST_FILE
+        if not manifest.is_file():
+            raise FileNotFoundError(
+                f"{manifest} not found: run `ncf export ... --repo {repo}` first"
+            )
+        ids = json.loads(manifest.read_text(encoding="utf-8"))["ids"]
+        self.users, self.items = tuple(ids["user_id_range"]), tuple(ids["item_id_range"])
+        with np.load(vdir / names.ARTIFACT_VOCAB) as z:
+            self.raw_users, self.raw_items = z["user_raw"], z["item_raw"]
+
+    def inputs(self, model: str, batch: int, k: int, rng: np.random.Generator) -> Inputs:
+        """One request's inputs for ``model``: ``[batch, 1]`` int64 ids (``recommend``: one user)."""
+        if model == names.MODEL_NEUMF:
+            u = rng.integers(*self.users, size=(batch, 1), dtype=np.int64)
+            i = rng.integers(*self.items, size=(batch, 1), dtype=np.int64)
+            return [(names.INPUT_USER, u, "INT64"), (names.INPUT_ITEM, i, "INT64")]
+        if model == names.MODEL_ENSEMBLE:
+            u = rng.choice(self.raw_users, size=(batch, 1)).astype(np.int64)
+            i = rng.choice(self.raw_items, size=(batch, 1)).astype(np.int64)
+            return [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
+        user = np.array([[rng.choice(self.raw_users)]], dtype=np.int64)
+        return [
+            (names.INPUT_RAW_USER, user, "INT64"),
+            (names.INPUT_K, np.array([[k]], np.int64), "INT64"),
+        ]
+
+
+# -- server statistics ------------------------------------------------------------------------
+
+
+class ServerStats:
+    """Snapshots of Triton's per-model inference statistics (HTTP statistics endpoint)."""
+
+    FIELDS = ("queue", "compute_input", "compute_infer", "compute_output")
+
+    def __init__(self, http_url: str, models: Sequence[str]):
+        self.http_url, self.models = http_url, list(models)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """``{model: {"count": successes, "<field>_ns": total ns}}`` summed over versions."""
+        import tritonclient.http as httpclient
+
+        client = httpclient.InferenceServerClient(self.http_url)
+        try:
+            out = {}
+            for m in self.models:
+                snap = {"count": 0, **{f"{f}_ns": 0 for f in self.FIELDS}}
+                for ms in client.get_inference_statistics(model_name=m)["model_stats"]:
+                    stats = ms["inference_stats"]
+                    snap["count"] += int(stats["success"]["count"])
+                    for f in self.FIELDS:
+                        snap[f"{f}_ns"] += int(stats[f]["ns"])
+                out[m] = snap
+            return out
+        finally:
+            client.close()
+
+    def per_request(self, before: dict, after: dict) -> dict[str, float | None]:
+        """Mean queue and compute (input + infer + output) microseconds per request, summed over
+        the models (each averaged over its own requests: a composing model sees one per call)."""
+        queue = compute = 0.0
+        for m in self.models:
+            n = after[m]["count"] - before[m]["count"]
+            if n <= 0:
+                continue
+            d = {k: after[m][k] - before[m][k] for k in after[m]}
+            queue += d["queue_ns"] / n / 1e3
+            compute += sum(d[f"{f}_ns"] for f in self.FIELDS[1:]) / n / 1e3
+        return {"queue_us": round(queue, 1), "compute_us": round(compute, 1)}
+
+
+# -- the project's own load generator ---------------------------------------------------------
+
+
+def _client(protocol: str, url: str):
+    if protocol == "http":
+        import tritonclient.http as module
+    else:
+        import tritonclient.grpc as module
+    return module, module.InferenceServerClient(url)
+
+
+def _prepared(module, inputs: Inputs) -> list:
+    tensors = []
+    for name, array, dtype in inputs:
+        t = module.InferInput(name, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    return tensors
+
+
+class _Shared:
+    """State shared by the load threads (guarded by one lock); the window opens at the barrier."""
+
+    def __init__(self, max_requests: int, warmup: float, duration: float):
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.left = max_requests
+        self.last_done = 0.0
+        self.warmup, self.duration = warmup, duration
+        self.measure_from = self.end = 0.0
+
+    def open_window(self) -> None:
+        """Barrier action: every client is connected; warm-up starts now."""
+        now = time.perf_counter()
+        self.measure_from, self.end = now + self.warmup, now + self.warmup + self.duration
+
+    def take(self) -> bool:
+        with self.lock:
+            self.left -= 1
+            return self.left >= 0 and time.perf_counter() < self.end
+
+    def record(self, t0: float, t1: float) -> None:
+        if t0 >= self.measure_from:
+            with self.lock:
+                self.latencies.append(t1 - t0)
+                self.last_done = max(self.last_done, t1)
+
+    def error(self, exc: Exception) -> None:
+        with self.lock:
+            self.errors.append(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+
+
+def _load_thread(
+    protocol: str,
+    url: str,
+    model: str,
+    requests: list[Inputs],
+    start: threading.Barrier,
+    shared: _Shared,
+) -> None:
+    """Send requests back to back until the window closes (or the shared cap is reached)."""
+    module, client = _client(protocol, url)
+    try:
+        prepared = [_prepared(module, r) for r in requests]
+        start.wait()
+        n = 0
+        while shared.take():
+            t0 = time.perf_counter()
+            try:
+                client.infer(model, prepared[n % len(prepared)])
+            except Exception as exc:  # a failed request is counted and reported, not fatal
+                shared.error(exc)
+            else:
+                shared.record(t0, time.perf_counter())
+            n += 1
+    finally:
+        client.close()
+
+
+def run_threads(
+    protocol: str,
+    url: str,
+    model: str,
+    requests: list[Inputs],
+    concurrency: int,
+    duration: float,
+    warmup: float,
+    max_requests: int,
+) -> dict:
+    """Closed-loop load: ``concurrency`` threads, each with its own client, for ``warmup +
+    duration`` seconds (at most ``max_requests`` requests); warm-up latencies are dropped."""
+    shared = _Shared(max_requests, warmup, duration)
+    start = threading.Barrier(concurrency, action=shared.open_window)
+    threads = [
+        threading.Thread(
+            target=_load_thread, daemon=True, args=(protocol, url, model, requests, start, shared)
+        )
+        for _ in range(concurrency)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=warmup + duration + 120)
+    lat = np.asarray(shared.latencies)
+    if lat.size == 0:
+        raise RuntimeError(f"{model} over {protocol}: no request succeeded ({shared.errors[:3]})")
+    window = max(shared.last_done - shared.measure_from, 1e-9)
+    batch = 1 if model == names.MODEL_RECOMMEND else requests[0][0][1].shape[0]
+    p50, p90, p99 = np.percentile(lat, [50, 90, 99]) * 1e3
+    return {
+        "generator": f"tritonclient threads ({protocol})",
+        "requests": int(lat.size),
+        "infer_per_s": lat.size / window,
+        "samples_per_s": lat.size * batch / window,
+        "lat_p50_ms": float(p50),
+        "lat_p90_ms": float(p90),
+        "lat_p99_ms": float(p99),
+        "errors": len(shared.errors),
+    }
+
+
+# -- perf_analyzer --------------------------------------------------------------------------
+
+
+def pa_available(pa: Path) -> bool:
+    """True if the perf_analyzer wrapper runs on this machine."""
+    try:
+        proc = subprocess.run([str(pa), "--version"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and b"Perf Analyzer" in proc.stdout + proc.stderr
+
+
+def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
+    """perf_analyzer ``--input-data`` JSON: ``n`` batch-1 entries of real ids (its random int64
+    inputs would index outside the embeddings)."""
+    rng = np.random.default_rng(seed)
+    data = []
+    for _ in range(n):
+        entry = {}
+        for name, array, _dtype in pool.inputs(model, 1, k, rng):
+            shape = list(array.shape[1:]) if model != names.MODEL_RECOMMEND else list(array.shape)
+            entry[name] = {"content": array.ravel().tolist(), "shape": shape}
+        data.append(entry)
+    return {"data": data}
+
+
+def run_perf_analyzer(
+    pa: Path,
+    pool: IdPool,
+    model: str,
+    protocol: str,
+    url: str,
+    batch: int,
+    concurrency: int,
+    duration: float,
+    k: int,
+    composing: Sequence[str],
+) -> dict:
+    """One perf_analyzer measurement (3 windows of ``duration / 3`` s); its CSV row as a dict."""
+    with tempfile.TemporaryDirectory(prefix="ncf-pa-") as tmp:
+        data, report = Path(tmp) / "data.json", Path(tmp) / "report.csv"
+        data.write_text(json.dumps(pa_input_data(pool, model, k, max(batch, 64), seed=concurrency)))
+        cmd = [
+            str(pa),
+            "-m",
+            model,
+            "-u",
+            url,
+            "-i",
+            protocol,
+            "--input-data",
+            str(data),
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            *_pa_windows(model, duration),
+            "--max-trials",
+            "3",
+            "--stability-percentage",
+            "999",
+            "-f",
+            str(report),
+        ]
+        if model != names.MODEL_RECOMMEND:
+            cmd += ["-b", str(batch)]
+        if model == names.MODEL_RECOMMEND and composing:
+            cmd.append("--bls-composing-models=" + ",".join(composing))
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=duration * 10 + 60, check=False
+        )
+        if proc.returncode != 0 or not report.exists():
+            raise RuntimeError(
+                f"perf_analyzer failed ({proc.returncode}): {shlex.join(cmd)}\n"
+                f"{(proc.stdout + proc.stderr)[-2000:]}"
+            )
+        with open(report, newline="") as f:
+            row = next(csv.DictReader(f))
+    return _pa_row(row, batch if model != names.MODEL_RECOMMEND else 1, protocol)
+
+
+def _pa_windows(model: str, duration: float) -> list[str]:
+    """Time windows of ``duration / 3`` s; ``recommend`` (tens of ms a request) counts requests
+    instead, or its short windows hold too few requests to be judged stable."""
+    if model == names.MODEL_RECOMMEND:
+        return ["--measurement-mode", "count_windows", "--measurement-request-count", "20"]
+    return ["--measurement-interval", str(max(int(duration * 1000 / 3), 100))]
+
+
+def _pa_row(row: dict[str, str], batch: int, protocol: str) -> dict:
+    """perf_analyzer CSV (microseconds, inferences = samples) -> this bench's columns."""
+    us = lambda key: float(row[key]) if row.get(key) not in (None, "") else None  # noqa: E731
+    samples = float(row["Inferences/Second"])
+    compute = sum(
+        us(c) or 0.0
+        for c in ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
+    )
+    return {
+        "generator": f"perf_analyzer 2.51 ({protocol})",
+        "samples_per_s": samples,
+        "infer_per_s": samples / batch,
+        "lat_p50_ms": us("p50 latency") / 1e3,
+        "lat_p90_ms": us("p90 latency") / 1e3,
+        "lat_p99_ms": us("p99 latency") / 1e3,
+        "server_queue_us": us("Server Queue"),
+        "server_compute_us": round(compute, 1),
+        "errors": 0,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=Path("triton_repo"),
+        help="exported model repository (`ncf export --repo`)",
+    )
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=("http", "grpc"))
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 1024])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    p.add_argument("--duration", type=float, default=3.0, help="measured seconds per point")
+    p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds per point first")
+    p.add_argument(
+        "--max-requests", type=int, default=100_000, help="cap per point (own generator)"
+    )
+    p.add_argument("--k", type=int, default=10, help="recommendations per `recommend` request")
+    p.add_argument(
+        "--generator",
+        default="auto",
+        choices=("auto", "perf_analyzer", "tritonclient"),
+        help="auto: perf_analyzer when it runs here, else the tritonclient threads",
+    )
+    p.add_argument(
+        "--perf-analyzer",
+        type=Path,
+        default=PA_DEFAULT,
+        help="perf_analyzer wrapper (bench/setup_perf_analyzer.sh builds it)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default="triton", help="results name (<results-dir>/<name>.json)")
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--no-plot", action="store_true")
+
+
+def points(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
+    """(model, protocol, batch, concurrency) to measure; ``recommend`` takes one user per request."""
+    out = []
+    for model in args.models:
+        batches = [1] if model == names.MODEL_RECOMMEND else args.batch_sizes
+        for protocol in args.protocols:
+            out += [(model, protocol, b, c) for b in batches for c in args.concurrency]
+    return out
+
+
+def _validate(args: argparse.Namespace) -> None:
+    bad = [b for b in args.batch_sizes if b < 1] + [c for c in args.concurrency if c < 1]
+    if bad:
+        raise ValueError(f"--batch-sizes/--concurrency {bad}: every value must be >= 1")
+    if args.duration <= 0 or args.warmup < 0:
+        raise ValueError(f"--duration {args.duration} / --warmup {args.warmup}: need > 0 and >= 0")
+    if args.generator == "perf_analyzer" and not pa_available(args.perf_analyzer):
+        raise FileNotFoundError(
+            f"{args.perf_analyzer} does not run: build it with "
+            "bench/setup_perf_analyzer.sh (or use --generator tritonclient)"
+        )
+
+
+def measure(
+    server,
+    pool: IdPool,
+    point: tuple[str, str, int, int],
+    use_pa: bool,
+    args: argparse.Namespace,
+    failures: list[str],
+) -> dict:
+    """One row: the load from perf_analyzer or the own generator, plus server statistics."""
+    model, protocol, batch, conc = point
+    url = server.http_url if protocol == "http" else server.grpc_url
+    stats = ServerStats(server.http_url, STATS_MODELS[model])
+    before = stats.snapshot()
+    res = None
+    if use_pa:
+        try:
+            res = run_perf_analyzer(
+                args.perf_analyzer,
+                pool,
+                model,
+                protocol,
+                url,
+                batch,
+                conc,
+                args.duration,
+                args.k,
+                COMPOSING[model],
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            # Keep the row: measure it with the own generator and say why in the results.
+            print(f"perf_analyzer failed on {point}; using tritonclient threads", file=sys.stderr)
+            failures.append(f"{model}/{protocol}/b{batch}/c{conc}: {str(exc).splitlines()[-1]}")
+    if res is None:
+        requests = [
+            pool.inputs(model, batch, args.k, np.random.default_rng(args.seed + i))
+            for i in range(16)
+        ]
+        res = run_threads(
+            protocol, url, model, requests, conc, args.duration, args.warmup, args.max_requests
+        )
+    server_times = stats.per_request(before, stats.snapshot())
+    row = {"model": model, "protocol": protocol, "batch": batch, "concurrency": conc, **res}
+    row.setdefault("server_queue_us", server_times["queue_us"])
+    row.setdefault("server_compute_us", server_times["compute_us"])
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    from ncf.triton_server import TritonServer
+
+    _validate(args)
+    use_pa = args.generator == "perf_analyzer" or (
+        args.generator == "auto" and pa_available(args.perf_analyzer)
+    )
+    load = sorted({m for model in args.models for m in (model, *COMPOSING[model])})
+    rows: list[dict] = []
+    pa_failures: list[str] = []
+    with TritonServer(args.repo, models=load) as server:
+        pool = IdPool(args.repo)
+        for point in points(args):
+            rows.append(measure(server, pool, point, use_pa, args, pa_failures))
+            r = rows[-1]
+            print(
+                f"{r['model']:9s} {r['protocol']:4s} b={r['batch']:<5d} c={r['concurrency']:<3d}"
+                f" {r['samples_per_s']:>12,.0f} samples/s  p50 {r['lat_p50_ms']:.2f} ms"
+                f"  ({r['generator']})",
+                file=sys.stderr,
+                flush=True,
+            )
+    extra = {
+        "repo": str(args.repo.resolve()),
+        "server": "tritonserver 2.51.0 (nvidia-pytriton), "
+        "python backend, loopback; client and server share this machine's cores",
+        "settings": {k: getattr(args, k) for k in ("duration", "warmup", "max_requests", "k")},
+        "perf_analyzer": "used" if use_pa else "not available (bench/setup_perf_analyzer.sh)",
+        "perf_analyzer_failures": pa_failures,
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),  # > cores: timings are contended
+    }
+    command = "python -m bench.triton " + shlex.join(sys.argv[1:])
+    write_results(
+        args.name,
+        rows,
+        COLUMNS,
+        command,
+        extra=extra,
+        results_dir=args.results_dir,
+        title="Triton serving (CPU, python backend)",
+    )
+    if not args.no_plot:
+        _plot(rows, args.results_dir / f"{args.name}.png")
+    return 0
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    from bench.plots import line_plot
+
+    line_plot(
+        rows,
+        x="concurrency",
+        y="samples_per_s",
+        series=("model", "protocol", "batch"),
+        path=path,
+        title="Triton: throughput and p99 latency vs concurrency",
+        logy=True,
+        y2="lat_p99_ms",
+    )
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.triton", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
+        print(f"bench.triton: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
