@@ -1,0 +1,264 @@
+"""`ncf export`: artifacts equal eager PyTorch, manifest, ETL tables, atomic rewrite, bad inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pandas as pd
+import pytest
+import torch
+
+from models import export, serving_tables
+from models.repo_writer import MODEL_ARTIFACTS
+from ncf import names
+from ncf.cli import main
+from tests.triton_repo import etl_fixture
+
+
+@pytest.fixture(scope="module")
+def etl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ratings = etl_fixture.synthetic_ratings(n_users=40, n_items=60, per_user=12, seed=3)
+    return etl_fixture.make_etl_dir(tmp_path_factory.mktemp("etl"), ratings)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(etl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return etl_fixture.make_checkpoint(tmp_path_factory.mktemp("run") / "best.pt", etl_dir)
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint: Path, etl_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    repo = tmp_path_factory.mktemp("out") / "repo"
+    return repo, export.export_repository(checkpoint, etl_dir, repo)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _snapshot(repo: Path) -> dict[str, str]:
+    return {str(p.relative_to(repo)): _sha(p) for p in sorted(repo.rglob("*")) if p.is_file()}
+
+
+def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl_dir):
+    repo, common = exported
+    meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
+    for model, artifacts in MODEL_ARTIFACTS.items():
+        vdir = repo / model / "1"
+        manifest = json.loads((vdir / names.MANIFEST_FILE).read_text())
+        assert manifest["model"] == model and (repo / model / "config.pbtxt").is_file()
+        assert set(manifest["artifacts"]) == set(artifacts)
+        for name, entry in manifest["artifacts"].items():
+            assert entry == {"sha256": _sha(vdir / name), "bytes": (vdir / name).stat().st_size}
+        assert manifest["ids"] == {k: meta[k] for k in manifest["ids"]}
+        assert manifest["source"]["checkpoint_sha256"] == _sha(checkpoint)
+        assert manifest["source"]["metadata_sha256"] == _sha(etl_dir / names.METADATA_FILE)
+    diffs = common["checks"]["max_abs_diff"]
+    assert set(diffs) == {"torchscript", "onnx"} and max(diffs.values()) <= 1e-5
+    assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in
+    assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
+
+
+@pytest.mark.parametrize("batch", [1, 333])
+def test_written_artifacts_equal_eager_pytorch(exported, checkpoint, etl_dir, batch):
+    repo, _ = exported
+    meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
+    model, _ = export.load_checkpoint(checkpoint)
+    users, items = export.random_ids(meta, batch, seed=batch)
+    with torch.no_grad():
+        want = torch.sigmoid(model(users[:, 0], items[:, 0])).numpy()[:, None]
+        ts = torch.jit.load(repo / names.MODEL_NEUMF_LIBTORCH / "1" / names.ARTIFACT_TORCHSCRIPT)
+        got_ts = ts(users, items).numpy()
+    session = ort.InferenceSession(
+        str(repo / names.MODEL_NEUMF_ONNX / "1" / names.ARTIFACT_ONNX),
+        providers=["CPUExecutionProvider"],
+    )
+    feed = {names.INPUT_USER: users.numpy(), names.INPUT_ITEM: items.numpy()}
+    got_onnx = session.run([names.OUTPUT_SCORE], feed)[0]
+    for got in (got_ts, got_onnx):
+        assert got.shape == (batch, 1) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_artifacts_carry_the_triton_tensor_names(exported):
+    repo, _ = exported
+    ts = torch.jit.load(repo / names.MODEL_NEUMF / "1" / names.ARTIFACT_TORCHSCRIPT)
+    assert [a.name for a in ts.forward.schema.arguments[1:]] == [names.INPUT_USER, names.INPUT_ITEM]
+    graph = onnx.load(repo / names.MODEL_NEUMF / "1" / names.ARTIFACT_ONNX).graph
+    assert [i.name for i in graph.input] == [names.INPUT_USER, names.INPUT_ITEM]
+    assert [o.name for o in graph.output] == [names.OUTPUT_SCORE]
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param  # dynamic batch axis
+
+
+@pytest.fixture(scope="module")
+def real_etl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output of the real `ncf etl` (its Workflow renames the codes to user_id/item_id)."""
+    tmp = tmp_path_factory.mktemp("real")
+    ratings = etl_fixture.synthetic_ratings(n_users=30, n_items=80, per_user=25, seed=4)
+    ratings.to_csv(tmp / "ratings.csv", index=False)
+    with etl_fixture.quiet_merlin():
+        args = ["--input", str(tmp / "ratings.csv"), "--out", str(tmp / "etl"), "--negatives", "20"]
+        code = main(["etl", *args])
+    assert code == 0
+    return tmp / "etl"
+
+
+@pytest.mark.parametrize("source", ["etl_dir", "real_etl_dir"])
+def test_vocab_tables_equal_workflow_transform(request, source):
+    etl = request.getfixturevalue(source)
+    meta = serving_tables.read_metadata(etl)
+    vocab = serving_tables.vocab_tables(etl, meta)
+    workflow = etl_fixture.load_workflow(etl)
+    unseen = np.array([0, -1, 10**9])
+    for kind, other in (("user", "item"), ("item", "user")):
+        raw = np.concatenate([vocab[f"{kind}_raw"], unseen])
+        filler = np.resize(vocab[f"{other}_raw"], raw.size)  # the other column: any known ids
+        pair = (raw, filler) if kind == "user" else (filler, raw)
+        got = etl_fixture.transform(workflow, *pair)[0 if kind == "user" else 1]
+        oov = np.full(unseen.size, int(vocab[f"{kind}_oov"]))
+        np.testing.assert_array_equal(got, np.concatenate([vocab[f"{kind}_code"], oov]))
+    assert np.all(np.diff(vocab["user_raw"]) > 0) and np.all(np.diff(vocab["item_raw"]) > 0)
+
+
+def test_export_of_real_etl_output(real_etl_dir, tmp_path):
+    ckpt = etl_fixture.make_checkpoint(tmp_path / "best.pt", real_etl_dir)
+    manifest = export.export_repository(ckpt, real_etl_dir, tmp_path / "repo")
+    assert max(manifest["checks"]["max_abs_diff"].values()) <= 1e-5
+    meta = serving_tables.read_metadata(real_etl_dir)
+    with np.load(tmp_path / "repo" / names.MODEL_RECOMMEND / "1" / names.ARTIFACT_SEEN) as seen:
+        assert seen["indices"].size == meta["train_rows"] + meta["test_rows"]
+
+
+def test_seen_tables_are_each_users_train_and_test_items(tmp_path):
+    # users 0..3, items 0..4; user 1 has a duplicate pair, user 2 nothing, user 3 only a test item
+    for sub, pairs in (
+        (names.TRAIN_DIR, [(0, 4), (0, 1), (1, 2), (1, 2)]),
+        (names.TEST_DIR, [(1, 0), (3, 3)]),
+    ):
+        (tmp_path / sub).mkdir()
+        frame = pd.DataFrame(pairs, columns=[names.USER, names.ITEM])
+        frame.to_parquet(tmp_path / sub / "part_0.parquet", index=False)
+    seen = serving_tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
+    np.testing.assert_array_equal(seen["indptr"], [0, 2, 4, 4, 5])
+    np.testing.assert_array_equal(seen["indices"], [1, 4, 0, 2, 3])
+
+
+def test_seen_tables_reject_ids_outside_the_metadata(tmp_path):
+    for sub in (names.TRAIN_DIR, names.TEST_DIR):
+        (tmp_path / sub).mkdir()
+        frame = pd.DataFrame([(0, 7)], columns=[names.USER, names.ITEM])
+        frame.to_parquet(tmp_path / sub / "part_0.parquet", index=False)
+    with pytest.raises(ValueError, match=r"item_id=7 outside \[0, 5\)"):
+        serving_tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
+
+
+def test_reexport_replaces_version_folders_and_keeps_model_py(
+    exported, checkpoint, etl_dir, tmp_path
+):
+    repo = shutil.copytree(exported[0], tmp_path / "repo")
+    model_py = (repo / names.MODEL_NEUMF / "1" / "model.py").read_bytes()
+    other = etl_fixture.make_checkpoint(tmp_path / "other.pt", etl_dir, seed=1)
+    export.export_repository(other, etl_dir, repo)
+    manifest = json.loads((repo / names.MODEL_NEUMF / "1" / names.MANIFEST_FILE).read_text())
+    assert manifest["source"]["checkpoint_sha256"] == _sha(other) != _sha(checkpoint)
+    assert (repo / names.MODEL_NEUMF / "1" / "model.py").read_bytes() == model_py
+    pt = repo / names.MODEL_NEUMF / "1" / names.ARTIFACT_TORCHSCRIPT
+    assert manifest["artifacts"][names.ARTIFACT_TORCHSCRIPT]["sha256"] == _sha(pt)
+    assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
+
+
+def test_checkpoint_for_other_data_is_refused_and_nothing_written(exported, etl_dir, tmp_path):
+    repo = shutil.copytree(exported[0], tmp_path / "repo")
+    before = _snapshot(repo)
+    cfg = export.NeuMFConfig(num_users=5, num_items=6, factors=4, mlp_layers=[8, 4])
+    bad = tmp_path / "bad.pt"
+    torch.save({"model": export.NeuMF(cfg).state_dict(), "config": cfg.to_dict()}, bad)
+    with pytest.raises(ValueError, match="num_users=5, num_items=6"):
+        export.export_repository(bad, etl_dir, repo)
+    assert _snapshot(repo) == before
+
+
+def test_metadata_hash_mismatch_needs_the_override(checkpoint, etl_dir, tmp_path):
+    data = shutil.copytree(etl_dir, tmp_path / "etl")
+    meta = json.loads((data / names.METADATA_FILE).read_text())
+    (data / names.METADATA_FILE).write_text(json.dumps({**meta, "note": "rewritten"}))
+    with pytest.raises(ValueError, match="--ignore-data-hash"):
+        export.export_repository(checkpoint, data, tmp_path / "repo")
+    export.export_repository(checkpoint, data, tmp_path / "repo", ignore_data_hash=True)
+    assert (tmp_path / "repo" / names.MODEL_WORKFLOW / "1" / names.ARTIFACT_VOCAB).is_file()
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "match"),
+    [
+        (None, FileNotFoundError, "not found"),
+        (b"not a checkpoint", ValueError, "weights_only"),
+        ({"weights": {}}, ValueError, "expected a dict with 'model' and 'config'"),
+    ],
+)
+def test_bad_checkpoints_get_clear_errors(tmp_path, content, error, match):
+    path = tmp_path / "ckpt.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        torch.save(content, path)
+    with pytest.raises(error, match=match):
+        export.load_checkpoint(path)
+
+
+def test_cli_export_prints_the_checks(checkpoint, etl_dir, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    args = ["export", "--checkpoint", str(checkpoint), "--data", str(etl_dir), "--repo", str(repo)]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["repo"] == str(repo.resolve()) and max(summary["max_abs_diff"].values()) <= 1e-5
+    assert main([*args[:3], "--data", str(tmp_path / "missing")]) == 2
+    assert "metadata.json not found" in capsys.readouterr().err
+
+
+def test_manifest_ids_are_checked(etl_dir, tmp_path):
+    data = shutil.copytree(etl_dir, tmp_path / "etl")
+    meta = json.loads((data / names.METADATA_FILE).read_text())
+    meta["item_id_range"] = [3, meta["num_items"] + 1]
+    (data / names.METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"item_id_range=\[3, \d+\] is not inside"):
+        serving_tables.read_metadata(data)
+
+
+def test_serving_wrapper_shapes():
+    model = export.NeuMF(
+        export.NeuMFConfig(num_users=4, num_items=5, factors=2, mlp_layers=[4, 2])
+    ).eval()
+    out = export.ServingNeuMF(model)(torch.tensor([[1], [2]]), torch.tensor([[3], [4]]))
+    assert (
+        out.shape == (2, 1) and out.dtype == torch.float32 and bool(((out > 0) & (out < 1)).all())
+    )
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+def test_both_onnx_exporters_give_a_dynamic_batch_model_equal_to_eager(
+    checkpoint, etl_dir, exporter
+):
+    meta = serving_tables.read_metadata(etl_dir)
+    model, _ = export.load_checkpoint(checkpoint)
+    wrapper = export.ServingNeuMF(model).eval()
+    data = export.to_onnx(wrapper, export.random_ids(meta, 8, seed=0), exporter)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for batch in (1, 77):
+        users, items = export.random_ids(meta, batch, seed=batch)
+        got = session.run(None, {names.INPUT_USER: users.numpy(), names.INPUT_ITEM: items.numpy()})[
+            0
+        ]
+        with torch.no_grad():
+            np.testing.assert_allclose(got, wrapper(users, items).numpy(), rtol=0, atol=1e-5)
+
+
+def test_unknown_onnx_exporter_is_refused():
+    with pytest.raises(ValueError, match="--onnx-exporter='tf2onnx'"):
+        export.resolve_onnx_exporter("tf2onnx")

@@ -1,0 +1,44 @@
+"""The documented claim: `ncf run`'s preset reaches HR@10 >= 0.69 on ml-latest-small (100 negatives)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RATINGS = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small" / "ratings.csv"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not RATINGS.exists(), reason="bundled ml-latest-small missing")
+def test_small_preset_on_ml_latest_small(tmp_path: Path):
+    etl, run = tmp_path / "etl", tmp_path / "run"
+    ncf = [sys.executable, "-m", "ncf.cli"]
+    subprocess.run(
+        [*ncf, "etl", "--input", str(RATINGS), "--out", str(etl), "--seed", "1"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *ncf,
+            "train",
+            "--data",
+            str(etl),
+            "--out",
+            str(run),
+            "--preset",
+            "small",
+            "--seed",
+            "1",
+            "--no-progress",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["hr@10"] >= 0.69 and m["itempop_hr@10"] < m["hr@10"] - 0.05
+    assert m["ndcg@10"] > m["itempop_ndcg@10"] and m["config"]["batch_size"] == 8192
