@@ -28,6 +28,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "train": ("bench.train", "training throughput and memory per batch size and precision"),
     "inference": ("bench.inference", "eager / TorchScript / ONNX Runtime scoring, batch 1..1M"),
     "triton": ("bench.triton", "tritonserver: neumf, ncf, recommend over HTTP and gRPC"),
+    "soak": (
+        "bench.soak",
+        "tritonserver under a bounded mixed valid/invalid load (memory, errors)",
+    ),
 }
 
 
@@ -192,6 +196,7 @@ def bench_commands(plan: Plan, skip: list[str]) -> list[tuple[str, list[str]]]:
             *r,
             *(["--concurrency", "1", "4", "--duration", "0.5", "--warmup", "0.2"] if q else []),
         ),
+        "soak": _py("bench.soak", "--repo", plan.repo, *r, *(["--duration", "5"] if q else [])),
     }
     return [(name, cmd) for name, cmd in cmds.items() if name not in skip]
 

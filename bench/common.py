@@ -120,6 +120,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
     """A GitHub markdown table of ``rows`` restricted to ``columns`` (floats to 4 significant digits)."""
 
     def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float):
             return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
         if isinstance(v, int):

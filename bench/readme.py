@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from bench.common import RESULTS_DIR
+from bench.summary import write_summary
 from ncf.atomic import write_text
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-ORDER = ("etl", "train", "inference", "triton")  # section order; other results follow by name
+ORDER = ("summary", "etl", "train", "inference", "triton")  # section order; other results follow by name
 DEFAULT_README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -68,6 +69,7 @@ def update_readme(readme: str | os.PathLike, results_dir: str | os.PathLike = RE
     if not readme.is_file():
         raise FileNotFoundError(f"{readme} not found (pass --readme)")
     old = readme.read_text(encoding="utf-8")
+    write_summary(Path(results_dir))
     new = replace_section(old, section(results_dir, readme.parent), str(readme))
     if new != old:
         write_text(readme, new)

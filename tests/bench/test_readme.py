@@ -70,6 +70,6 @@ def test_all_plan_quick_never_touches_committed_results(tmp_path: Path) -> None:
     full = bench_cli.plan_from(parser.parse_args([]))
     assert full.ratings == Path("data/synth/ml20m/ratings.csv") and full.readme == Path("README.md")
     names = [n for n, _ in bench_cli.bench_commands(full, skip=["etl"])]
-    assert names == ["train", "inference", "triton"]
+    assert names == ["train", "inference", "triton", "soak"]
     with pytest.raises(ValueError, match="--scale 0"):
         bench_cli.plan_from(parser.parse_args(["--scale", "0"]))

@@ -1,0 +1,110 @@
+"""Headline table for the README: our measured figures beside the reference systems' figures.
+
+Ours are read from ``bench/results/*.json`` (written by the benchmarks); the reference figures are
+the published / measured-here numbers of ``shared/REFERENCE.md``, quoted with their source.
+Written as ``bench/results/summary.md``, which ``bench/readme.py`` puts first in the README.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS_DIR
+from ncf.atomic import write_text
+
+# (what, reference figure, its source) for each headline row.
+REFERENCE = {
+    "etl": ("78 s, 4.3 GB peak RSS", "DLE convert.py, this 2-core CPU, same 20M rows"),
+    "train_cpu": ("45,000 samples/s, 11.8 GB", "DLE model + step, this CPU, batch 1M fp32"),
+    "train_gpu": ("22.6M (TF32) / 34.1M (AMP) samples/s", "DLE, one A100-40G, batch 1M"),
+    "epochs30": ("140.8 s (TF32) / 94.2 s (AMP)", "DLE, one A100, ML-20m"),
+    "small": ("HR@10 0.687-0.698, NDCG@10 0.448-0.459", "RecBole 1.2.1 NeuMF, same data, this CPU"),
+}
+
+
+def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
+    p = results_dir / f"{name}.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def _row(rows: list[dict], **match: Any) -> dict | None:
+    return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
+
+
+def headline_rows(results_dir: Path = RESULTS_DIR) -> list[tuple[str, str, str, str]]:
+    """``(what, ours, reference, reference source)`` for each result present in ``results_dir``."""
+    out = []
+    if etl := _load(results_dir, "etl"):
+        r = _row(etl["rows"], config="1 process")
+        if r:
+            out.append(
+                (
+                    "ETL of 20M ratings, exact negatives (CPU)",
+                    f"{r['total_s']:.1f} s, {r['peak_rss_gb']:.2f} GB",
+                    *REFERENCE["etl"],
+                )
+            )
+    if tr := _load(results_dir, "train"):
+        f32 = _row(tr["rows"], procs=1, batch=1048576, precision="fp32")
+        b16 = _row(tr["rows"], procs=1, batch=1048576, precision="bf16")
+        if f32 and b16:
+            out.append(
+                (
+                    "Training, batch 1M, 1 process (CPU)",
+                    f"{f32['samples_per_s']:,.0f} samples/s fp32 ({f32['peak_rss_gib']:.1f} GB), "
+                    f"{b16['samples_per_s']:,.0f} bf16",
+                    *REFERENCE["train_cpu"],
+                )
+            )
+    if gpu := _load(results_dir, "train-cuda"):
+        t = {p: _row(gpu["rows"], precision=p) for p in ("fp32", "tf32", "amp")}
+        if all(t.values()):
+            out.append(
+                (
+                    f"Training, batch 1M ({gpu['machine'].get('gpu', 'GPU')})",
+                    f"{t['tf32']['samples_per_s'] / 1e6:.1f}M (TF32) / {t['amp']['samples_per_s'] / 1e6:.1f}M "
+                    f"(AMP) samples/s, {t['amp']['peak_gpu_gib']:.1f} GB",
+                    *REFERENCE["train_gpu"],
+                )
+            )
+    if run := _load(results_dir, "train-cuda-run"):
+        r = run["rows"][0]
+        out.append(
+            (
+                f"30 epochs, synthetic ML-20m, AMP ({run['machine'].get('gpu', 'GPU')})",
+                f"{r['time_to_train']:.1f} s; HR@10 {r['best_accuracy']:.4f} vs ItemPop "
+                f"{r['itempop_hr@10']:.4f}",
+                *REFERENCE["epochs30"],
+            )
+        )
+    if small := _load(results_dir, "train-small"):
+        hr, nd = small["summary"]["hr@10"], small["summary"]["ndcg@10"]
+        pop = small["rows"][0]
+        out.append(
+            (
+                f"ml-latest-small, 100 negatives, `--preset small` ({len(small['rows']) - 2} seeds)",
+                f"HR@10 {hr['mean']:.3f} ({hr['min']:.3f}-{hr['max']:.3f}), NDCG@10 {nd['mean']:.3f}; "
+                f"ItemPop {pop['itempop_hr@10']:.3f} / {pop['itempop_ndcg@10']:.3f}",
+                *REFERENCE["small"],
+            )
+        )
+    return out
+
+
+def write_summary(results_dir: Path = RESULTS_DIR) -> Path | None:
+    """Write ``summary.md`` from the JSON results; return its path (None: no results to sum up)."""
+    rows = headline_rows(Path(results_dir))
+    if not rows:
+        return None
+    lines = [
+        "#### Headline: this project vs the reference systems",
+        "",
+        "| what | this project | reference | reference source |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    path = Path(results_dir) / "summary.md"
+    write_text(path, "\n".join(lines) + "\n")
+    return path
