@@ -94,107 +94,57 @@ def _stage(log: list[dict], name: str, argv: list[str]) -> None:
         )
 
 
+def q(path: object) -> str:
+    """A path quoted for the shell-style command lines of the run (paths may hold spaces)."""
+    return shlex.quote(str(path))
+
+
+def stage_commands(args: argparse.Namespace, etl_dir: Path, run_dir: Path) -> list[tuple[str, str]]:
+    """``(stage, ncf argv as one string)`` for every stage of the run, in order."""
+    ckpt = run_dir / "train" / "best.pt"
+    epochs = f" --epochs {args.epochs}" if args.epochs is not None else ""
+    served = f"{names.MODEL_NEUMF} {names.MODEL_ENSEMBLE} {names.MODEL_RECOMMEND}"
+    cmds = [
+        ("etl", f"etl --input {q(args.input)} --out {q(etl_dir)} --negatives {args.negatives} "
+                f"--min-ratings {args.min_ratings} --seed {args.seed}"),
+        ("train", f"train --data {q(etl_dir)} --out {q(run_dir / 'train')} --preset {args.preset} "
+                  f"--seed {args.seed}{epochs}"),
+        ("evaluate", f"evaluate --data {q(etl_dir)} --checkpoint {q(ckpt)} "
+                     f"--out {q(run_dir / 'evaluation.json')}"),
+        ("export", f"export --checkpoint {q(ckpt)} --data {q(etl_dir)} --repo {q(args.repo)}"),
+    ]  # fmt: skip
+    if not args.skip_serving:
+        cmds.append(("serve+bench", f"bench triton --repo {q(args.repo)} --models {served} "
+                     "--protocols http grpc --batch-sizes 1 1024 --concurrency 1 4 "
+                     f"--duration {args.bench_seconds} --warmup 0.5 "
+                     f"--results-dir {q(run_dir / 'bench')}"))  # fmt: skip
+    return cmds
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         raise FileNotFoundError(
             f"{args.input}: no such ratings file (ncf run reads ratings.csv or ratings.dat)"
         )
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = args.runs / stamp
+    run_dir = args.runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
     etl_dir = args.etl_dir or Path("work/etl") / args.input.parent.name
-    train_dir = run_dir / "train"
-    bench_dir = run_dir / "bench"
-    ckpt = train_dir / "best.pt"
     stages: list[dict] = []
     t0 = time.perf_counter()
-    _stage(
-        stages,
-        "etl",
-        [
-            "etl",
-            "--input",
-            str(args.input),
-            "--out",
-            str(etl_dir),
-            "--negatives",
-            str(args.negatives),
-            "--min-ratings",
-            str(args.min_ratings),
-            "--seed",
-            str(args.seed),
-        ],
-    )
-    train = [
-        "train",
-        "--data",
-        str(etl_dir),
-        "--out",
-        str(train_dir),
-        "--preset",
-        args.preset,
-        "--seed",
-        str(args.seed),
-    ]
-    if args.epochs is not None:
-        train += ["--epochs", str(args.epochs)]
-    _stage(stages, "train", train)
-    _stage(
-        stages,
-        "evaluate",
-        [
-            "evaluate",
-            "--data",
-            str(etl_dir),
-            "--checkpoint",
-            str(ckpt),
-            "--out",
-            str(run_dir / "evaluation.json"),
-        ],
-    )
-    _stage(
-        stages,
-        "export",
-        ["export", "--checkpoint", str(ckpt), "--data", str(etl_dir), "--repo", str(args.repo)],
-    )
-    if not args.skip_serving:
-        _stage(
-            stages,
-            "serve+bench",
-            [
-                "bench",
-                "triton",
-                "--repo",
-                str(args.repo),
-                "--models",
-                names.MODEL_NEUMF,
-                names.MODEL_ENSEMBLE,
-                names.MODEL_RECOMMEND,
-                "--protocols",
-                "http",
-                "grpc",
-                "--batch-sizes",
-                "1",
-                "1024",
-                "--concurrency",
-                "1",
-                "4",
-                "--duration",
-                str(args.bench_seconds),
-                "--warmup",
-                "0.5",
-                "--results-dir",
-                str(bench_dir),
-            ],
-        )
-    total = round(time.perf_counter() - t0, 1)
+    try:
+        for name, argv in stage_commands(args, etl_dir, run_dir):
+            _stage(stages, name, shlex.split(argv))
+    except RuntimeError as exc:  # the stage printed its own error; keep the record of the run
+        write_json(run_dir / "stages.json", stages)
+        print(f"ncf run: {exc} (record: {run_dir / 'stages.json'})", file=sys.stderr)
+        return 1
     summary = write_report(
         run_dir,
         etl_dir=etl_dir,
-        train_dir=train_dir,
-        bench_dir=bench_dir,
+        train_dir=run_dir / "train",
+        bench_dir=run_dir / "bench",
         stages=stages,
-        total_seconds=total,
+        total_seconds=round(time.perf_counter() - t0, 1),
         input_path=args.input,
     )
     write_json(run_dir / "stages.json", stages)

@@ -63,3 +63,17 @@ def test_ncf_run_end_to_end(tmp_path):
         assert needle in out
     report = (run_dir / "report.md").read_text()
     assert "ItemPop" in report and "learning_curve.png" in report
+
+
+def test_ncf_run_stops_at_the_failing_stage_with_its_command(tmp_path):
+    bad = tmp_path / "ratings.csv"
+    bad.write_text("userId,movieId,rating,timestamp\n1,2,9.5,100\n")
+    cmd = [sys.executable, "-m", "ncf.cli", "run", "--input", str(bad), "--runs", str(tmp_path / "runs"),
+           "--etl-dir", str(tmp_path / "etl"), "--repo", str(tmp_path / "repo")]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "rating" in proc.stderr and "stage 'etl' failed" in proc.stderr
+    assert not (tmp_path / "etl").exists() and not (tmp_path / "repo").exists()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    stages = json.loads((run_dir / "stages.json").read_text())
+    assert [s["stage"] for s in stages] == ["etl"] and stages[0]["rc"] != 0
