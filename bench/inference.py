@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from bench.common import RESULTS_DIR, write_results
 from models.neumf import NeuMF, NeuMFConfig
+from models.served import ServingNeuMF, load_checkpoint
 from ncf import names
 
 BATCH_SIZES = (1, 64, 1024, 16384, 262144, 1048576)
@@ -52,22 +52,6 @@ _DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
-class Scorer(nn.Module):
-    """The served network: ``user_id [B, 1]``, ``item_id [B, 1]`` int64 -> probability ``[B, 1]``.
-
-    Same contract as ``models.export.ServingNeuMF`` (kept local: that module imports onnx, which
-    the GPU box lacks).
-    """
-
-    def __init__(self, model: NeuMF):
-        super().__init__()
-        self.model = model
-
-    def forward(self, user_id: torch.Tensor, item_id: torch.Tensor) -> torch.Tensor:
-        logits = self.model(user_id.squeeze(1), item_id.squeeze(1))  # [B]
-        return torch.sigmoid(logits).unsqueeze(1).float()  # [B, 1]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,24 +92,8 @@ def load_model(args: argparse.Namespace) -> tuple[NeuMF, str]:
         return NeuMF(
             cfg
         ).eval(), f"random init ({args.num_users:,} users x {args.num_items:,} items)"
-    if not args.checkpoint.is_file():
-        raise FileNotFoundError(
-            f"checkpoint {args.checkpoint} not found: pass --checkpoint RUN_DIR/best.pt"
-        )
-    try:
-        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle/zip errors have many types; all mean "not a checkpoint"
-        raise ValueError(f"{args.checkpoint} is not a torch checkpoint: {exc}") from exc
-    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
-        raise ValueError(
-            f"{args.checkpoint}: expected a dict with 'model' and 'config' (ncf train's best.pt)"
-        )
-    state = {
-        k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()
-    }
-    model = NeuMF(NeuMFConfig(**ckpt["config"]))
-    model.load_state_dict(state)
-    return model.eval(), str(args.checkpoint)
+    model, _ = load_checkpoint(args.checkpoint)
+    return model, str(args.checkpoint)
 
 
 def default_precisions(device: str) -> list[str]:
@@ -149,7 +117,7 @@ def _cpu_flags() -> set[str]:
 
 def make_runner(
     backend: str,
-    scorer: Scorer,
+    scorer: ServingNeuMF,
     precision: str,
     device: torch.device,
     example: tuple[torch.Tensor, torch.Tensor],
@@ -182,7 +150,7 @@ def make_runner(
     return _onnx_runner(net, precision, device, example)
 
 
-def _onnx_runner(net: Scorer, precision: str, device: torch.device, example) -> Callable:
+def _onnx_runner(net: ServingNeuMF, precision: str, device: torch.device, example) -> Callable:
     if precision != "fp32" or device.type != "cpu":
         raise RuntimeError("ONNX Runtime is timed in fp32 on the CPU execution provider only")
     import onnxruntime as ort  # imported here: not installed on every host (the GPU box)
@@ -286,7 +254,7 @@ def bench_point(
 def run_matrix(model: NeuMF, args: argparse.Namespace, precisions: Sequence[str]):
     """Every backend x precision x batch point; returns (rows, skipped reasons)."""
     device = torch.device(args.device)
-    scorer = Scorer(model)
+    scorer = ServingNeuMF(model)
     example = random_ids(model.cfg, 8, device, args.seed)
     rows, skipped = [], []
     for backend in args.backends:

@@ -11,6 +11,7 @@ import torch
 
 from bench import inference
 from models.neumf import NeuMF, NeuMFConfig
+from models.served import ServingNeuMF
 
 
 def test_summarize_hand_computed() -> None:
@@ -46,7 +47,7 @@ def tiny() -> NeuMF:
 
 @pytest.mark.parametrize("backend", ["torchscript", "onnx"])
 def test_backends_score_like_eager(tiny: NeuMF, backend: str) -> None:
-    scorer = inference.Scorer(tiny)
+    scorer = ServingNeuMF(tiny)
     device = torch.device("cpu")
     example = inference.random_ids(tiny.cfg, 8, device, seed=1)
     users, items = inference.random_ids(tiny.cfg, 300, device, seed=2)
@@ -128,7 +129,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_precisions_score_like_fp32(tiny: NeuMF, tmp_path: Path) -> None:
     device = torch.device("cuda")
-    scorer = inference.Scorer(tiny)
+    scorer = ServingNeuMF(tiny)
     example = inference.random_ids(tiny.cfg, 8, device, seed=1)
     users, items = inference.random_ids(tiny.cfg, 4096, device, seed=2)
     ref = inference.make_runner("eager", scorer, "fp32", device, example)(users, items)

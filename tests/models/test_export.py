@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from models import export, serving_tables
+from models.neumf import NeuMF, NeuMFConfig
 from models.repo_writer import MODEL_ARTIFACTS
 from ncf import names
 from ncf.cli import main
@@ -176,9 +177,9 @@ def test_reexport_replaces_version_folders_and_keeps_model_py(
 def test_checkpoint_for_other_data_is_refused_and_nothing_written(exported, etl_dir, tmp_path):
     repo = shutil.copytree(exported[0], tmp_path / "repo")
     before = _snapshot(repo)
-    cfg = export.NeuMFConfig(num_users=5, num_items=6, factors=4, mlp_layers=[8, 4])
+    cfg = NeuMFConfig(num_users=5, num_items=6, factors=4, mlp_layers=[8, 4])
     bad = tmp_path / "bad.pt"
-    torch.save({"model": export.NeuMF(cfg).state_dict(), "config": cfg.to_dict()}, bad)
+    torch.save({"model": NeuMF(cfg).state_dict(), "config": cfg.to_dict()}, bad)
     with pytest.raises(ValueError, match="num_users=5, num_items=6"):
         export.export_repository(bad, etl_dir, repo)
     assert _snapshot(repo) == before
@@ -232,9 +233,7 @@ def test_manifest_ids_are_checked(etl_dir, tmp_path):
 
 
 def test_serving_wrapper_shapes():
-    model = export.NeuMF(
-        export.NeuMFConfig(num_users=4, num_items=5, factors=2, mlp_layers=[4, 2])
-    ).eval()
+    model = NeuMF(NeuMFConfig(num_users=4, num_items=5, factors=2, mlp_layers=[4, 2])).eval()
     out = export.ServingNeuMF(model)(torch.tensor([[1], [2]]), torch.tensor([[3], [4]]))
     assert (
         out.shape == (2, 1) and out.dtype == torch.float32 and bool(((out > 0) & (out < 1)).all())
