@@ -21,8 +21,20 @@ from ncf.atomic import write_json, write_text
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-_PACKAGES = ("torch", "nvtabular", "merlin-core", "numpy", "pandas", "pyarrow", "onnxruntime",
-             "nvidia-pytriton", "tritonclient", "cudf-cu12", "cupy-cuda12x", "cupy-cuda13x")
+_PACKAGES = (
+    "torch",
+    "nvtabular",
+    "merlin-core",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "onnxruntime",
+    "nvidia-pytriton",
+    "tritonclient",
+    "cudf-cu12",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+)
 
 
 def machine_info() -> dict[str, Any]:
@@ -113,7 +125,10 @@ def stage(record: dict[str, Any], name: str) -> Iterator[None]:
     t0 = time.perf_counter()
     with PeakRSS() as rss:
         yield
-    record[name] = {"seconds": round(time.perf_counter() - t0, 3), "peak_rss_gib": round(rss.peak_gib, 3)}
+    record[name] = {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "peak_rss_gib": round(rss.peak_gib, 3),
+    }
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -153,9 +168,7 @@ def write_results(
     payload.update(extra or {})
     table = markdown_table(rows, columns)
     where = machine.get("gpu") or f"{machine['cpu']}, {machine['cores']} cores"
-    md_text = (
-        f"#### {title or name}\n\n_{date} on {where}; `{command}`_\n\n{table}\n"
-    )
+    md_text = f"#### {title or name}\n\n_{date} on {where}; `{command}`_\n\n{table}\n"
     results_dir.mkdir(parents=True, exist_ok=True)
     write_json(results_dir / f"{name}.json", payload)
     write_text(results_dir / f"{name}.md", md_text)

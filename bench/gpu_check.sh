@@ -12,7 +12,11 @@
 #   4. bench.train: batch 1M and 64k x fp32 / TF32 / AMP (throughput, peak GPU memory)
 #   5. bench.inference: eager + TorchScript, batch 1024 and 1M, every precision the GPU has
 #   6. bench.train: a timed 30-epoch run (AMP, batch 1M; train + evaluate every epoch)
+#   7. bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
+#      if time is left: DLE's published figures are from an A100, this compares on the same chip
 # Every step writes into $OUT (JSON results, logs, steps.json); a summary table prints last.
+# GPU_CHECK_DRY_RUN=1 prints each step's command ("DRY <args>", shell-quoted) instead of running
+# it: tests/bench/test_gpu_check.py parses them all on CPU, so a typo cannot waste a device slot.
 set -uo pipefail
 
 OUT="${OUT:-/tmp/gpu_check}"
@@ -37,6 +41,11 @@ step() {
         return 1
     fi
     [ "$limit" -gt "$left" ] && limit="$left"
+    if [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
+        echo "DRY $(printf '%q ' "$@")"
+        echo "{\"step\": \"$name\", \"status\": \"dry\"}" >>"$STEPS"
+        return 0
+    fi
     echo "== $name (timeout ${limit}s): $*"
     local t0 rc
     t0=$(date +%s)
@@ -59,7 +68,7 @@ step pytest-cuda 150 60 "$PY" -m pytest -m cuda -q -p no:cacheprovider -rs \
 step synth 150 300 "$PY" -m ncf.cli synth --scale 1.0 --out "$DATA/ratings.csv" --force
 
 etl_ok=1
-if [ -f "$DATA/ratings.csv" ]; then
+if [ -f "$DATA/ratings.csv" ] || [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
     step etl 150 240 "$PY" -m ncf.cli etl --engine pandas --input "$DATA/ratings.csv" \
         --out "$DATA/etl" --force && etl_ok=0
 fi
@@ -77,6 +86,10 @@ step inference 100 40 "$PY" -m bench.inference --device cuda --batch-sizes 1024 
 step train-30-epochs 200 100 "$PY" -m bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 --precisions amp --procs 1 --steps 1 --warmup 1 --epochs-run 30 \
     --run-precision amp --name train_gpu_30ep --results-dir "$OUT"
+
+step train-dle 90 45 "$PY" -m bench.train --device cuda "${train_data[@]}" \
+    --batch-sizes 1048576 --precisions amp --dle-baseline --procs 1 --steps 5 --warmup 2 \
+    --name train_gpu_dle --results-dir "$OUT"
 
 echo "== total $(($(date +%s) - START))s; results in $OUT"
 "$PY" - "$OUT" <<'EOF'

@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=(names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND),
         help="whose inputs to write (neumf_libtorch/neumf_onnx take neumf's); default %(default)s",
     )
-    p.add_argument("--entries", type=int, default=1024, help="batch-1 entries (default %(default)s)")
+    p.add_argument(
+        "--entries", type=int, default=1024, help="batch-1 entries (default %(default)s)"
+    )
     p.add_argument("--k", type=int, default=10, help="k for `recommend`")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("triton_repo/perf_input.json"))

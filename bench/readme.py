@@ -19,7 +19,13 @@ from ncf.atomic import write_text
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-ORDER = ("summary", "etl", "train", "inference", "triton")  # section order; other results follow by name
+ORDER = (
+    "summary",
+    "etl",
+    "train",
+    "inference",
+    "triton",
+)  # section order; other results follow by name
 DEFAULT_README = Path(__file__).resolve().parents[1] / "README.md"
 
 

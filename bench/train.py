@@ -68,13 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--precisions",
         nargs="+",
         default=None,
+        choices=("fp32", "bf16", "tf32", "amp"),
         help="fp32, bf16 (CPU autocast), tf32, amp (CUDA fp16 autocast); default: fp32 bf16 on "
         "CPU, fp32 tf32 amp on CUDA",
     )
     p.add_argument(
         "--dle-baseline",
         action="store_true",
-        help="also time DLE's own step (precision 'dle', 1 process) at each batch size",
+        help="also time DLE's own step (1 process) at each batch size: precision 'dle' (fp32), "
+        "and on CUDA 'dle-tf32' and 'dle-amp'",
     )
     p.add_argument(
         "--procs", type=int, nargs="+", default=[1, 2], help="process counts (gloo on CPU)"
@@ -143,12 +145,17 @@ def _launch(point: dict, procs: int) -> tuple[dict, float]:
         return result, rss.peak_gib
 
 
+def dle_precisions(device: str) -> list[str]:
+    """DLE's step in the modes DLE reports on ``device`` (its GPU tables: TF32 and AMP)."""
+    return ["dle", "dle-tf32", "dle-amp"] if device == "cuda" else ["dle"]
+
+
 def _step_points(args: argparse.Namespace, base: dict, precisions: list[str]) -> list[dict]:
     """Samples/s of each (processes, global batch, precision) point, each in fresh processes."""
     rows = []
     for procs in args.procs:
         for batch in args.batch_sizes:
-            baseline = ["dle"] if args.dle_baseline and procs == 1 else []
+            baseline = dle_precisions(args.device) if args.dle_baseline and procs == 1 else []
             for precision in baseline + precisions:
                 point = {**base, "mode": "steps", "batch": batch, "precision": precision}
                 res, peak = _launch(point, procs)

@@ -5,7 +5,9 @@ each MLP ReLU, a mean ``BCEWithLogitsLoss`` and Adam, on DLE's approximate (unif
 Here: the same NeuMF weights and initialisation (models/neumf.py), that forward written out with
 ``F.dropout``, the single-tensor Adam and glibc's default allocator (the worker does not call
 ``models.runtime.configure``). Timing it in the same run as our step makes the speed-up robust to
-whatever else the machine is doing.
+whatever else the machine is doing. On CUDA it also runs in DLE's GPU modes: ``tf32`` (TF32
+matmuls, DLE's "TF32" rows) and ``amp`` (fp16 autocast with a dynamic GradScaler, standing in for
+DLE's apex AMP), so that a GPU's figures compare against DLE's step on that same GPU.
 """
 
 from __future__ import annotations
@@ -29,10 +31,27 @@ def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.T
     return model.final(torch.cat((xmf, x), dim=1)).squeeze(1)
 
 
+DLE_PRECISIONS = {"dle": "fp32", "dle-tf32": "tf32", "dle-amp": "amp"}  # bench name -> mode
+
+
 def time_dle_steps(
-    data: EtlData, batch: int, warmup: int, steps: int, device: torch.device
+    data: EtlData,
+    batch: int,
+    warmup: int,
+    steps: int,
+    device: torch.device,
+    mode: str = "fp32",
 ) -> dict:
-    """Samples/s of DLE's step on global batches of epoch 0 (approximate negatives, 4 per positive)."""
+    """Samples/s of DLE's step on global batches of epoch 0 (approximate negatives, 4 per positive).
+
+    ``mode``: ``fp32``, or on CUDA ``tf32`` or ``amp`` (fp16 autocast, dynamic loss scaling).
+    """
+    if mode not in ("fp32", "tf32", "amp") or (mode != "fp32" and device.type != "cuda"):
+        raise ValueError(f"DLE step mode {mode!r} on {device}: use fp32, or tf32/amp on CUDA")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
+    amp = mode == "amp"
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
     torch.manual_seed(1)
     model = NeuMF(NeuMFConfig(data.num_users, data.num_items)).to(device).train()
     opt = torch.optim.Adam(
@@ -47,11 +66,12 @@ def time_dle_steps(
         t0 = time.perf_counter()
         users, items, labels = gather(plan, data, plan.perm[start : start + batch])
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(
-            dle_forward(model, users.long(), items.long()), labels
-        )
-        loss.backward()
-        opt.step()
+        with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+            logits = dle_forward(model, users.long(), items.long())
+        loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if k >= warmup:

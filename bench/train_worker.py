@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bench.train_data import load
-from bench.train_dle import time_dle_steps
+from bench.train_dle import DLE_PRECISIONS, time_dle_steps
 from models.distributed import DistEnv, process_group
 from models.epoch import epoch_generator, plan_epoch
 from models.evaluate import evaluate_itempop
@@ -109,16 +109,25 @@ def work(point: dict) -> int:
     """Run the measurement ``point`` describes (see bench/train.py)."""
     precision = point["precision"]
     with process_group(point["device"]) as env, tempfile.TemporaryDirectory() as tmp:
-        if precision == "dle":  # DLE's own step: none of our runtime settings
+        if precision in DLE_PRECISIONS:  # DLE's own step: none of our runtime settings
             torch.set_num_threads(default_threads(env.local_world_size))
             data = load(point["data"], env.device)
-            res = time_dle_steps(data, point["batch"], point["warmup"], point["steps"], env.device)
+            res = time_dle_steps(
+                data,
+                point["batch"],
+                point["warmup"],
+                point["steps"],
+                env.device,
+                DLE_PRECISIONS[precision],
+            )
             res.update(
                 device=str(env.device),
                 batch=point["batch"],
                 precision=precision,
                 world_size=env.world_size,
             )
+            if env.device.type == "cuda":
+                res["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**30, 3)
             if env.is_main:
                 Path(point["result"]).write_text(json.dumps(res))
             return 0

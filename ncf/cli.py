@@ -16,7 +16,10 @@ from collections.abc import Sequence
 
 # subcommand -> (module, one-line help). Order is the pipeline's order.
 STAGES: dict[str, tuple[str, str]] = {
-    "download": ("ncf.download", "fetch and verify an official MovieLens archive (ml-20m, ml-1m, ...)"),
+    "download": (
+        "ncf.download",
+        "fetch and verify an official MovieLens archive (ml-20m, ml-1m, ...)",
+    ),
     "synth": ("ncf.synth", "write an ML-20m-like synthetic ratings.csv with planted structure"),
     "etl": ("workflows.cli", "NVTabular ETL: ids, leave-one-out split, exact eval negatives"),
     "train": ("models.train", "train NeuMF (DLE defaults; torchrun for DDP; --amp)"),
@@ -24,7 +27,10 @@ STAGES: dict[str, tuple[str, str]] = {
     "export": ("models.export", "export a checkpoint to TorchScript + ONNX in a Triton repository"),
     "serve": ("ncf.serve", "run a real tritonserver on the model repository (127.0.0.1)"),
     "bench": ("bench.cli", "benchmarks: inference, triton, etl, train"),
-    "run": ("ncf.pipeline", "the whole pipeline end to end on one ratings file (what `make run` does)"),
+    "run": (
+        "ncf.pipeline",
+        "the whole pipeline end to end on one ratings file (what `make run` does)",
+    ),
 }
 
 EXAMPLES = """examples:

@@ -12,7 +12,9 @@ def _write(d, name, payload):
 
 
 def test_headline_from_json(tmp_path):
-    _write(tmp_path, "etl", {"rows": [{"config": "1 process", "total_s": 12.345, "peak_rss_gb": 2.5}]})
+    _write(
+        tmp_path, "etl", {"rows": [{"config": "1 process", "total_s": 12.345, "peak_rss_gb": 2.5}]}
+    )
     _write(tmp_path, "train", {"rows": [
         {"procs": 1, "batch": 1048576, "precision": "fp32", "samples_per_s": 100000.0, "peak_rss_gib": 3.25},
         {"procs": 1, "batch": 1048576, "precision": "bf16", "samples_per_s": 200000.0, "peak_rss_gib": 3.0},

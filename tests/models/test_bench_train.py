@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
+
 from bench import train as bench_train
+from bench.train_dle import time_dle_steps
+from models.data import load_etl
 
 
 def test_points_sampling_and_timed_run(etl_dir: Path, tmp_path: Path):
@@ -39,3 +44,10 @@ def test_points_sampling_and_timed_run(etl_dir: Path, tmp_path: Path):
     timed = payload["timed_run"]
     assert timed["epochs_run"] == 1 and timed["best_accuracy"] > 0
     assert "| dle |" in (tmp_path / "train.md").read_text()
+
+
+@pytest.mark.parametrize("mode", ["tf32", "amp", "bf16"])
+def test_dle_gpu_modes_are_refused_on_cpu(etl_dir: Path, mode: str):
+    data = load_etl(etl_dir, torch.device("cpu"))
+    with pytest.raises(ValueError, match=f"DLE step mode '{mode}'"):
+        time_dle_steps(data, 256, 0, 1, torch.device("cpu"), mode)

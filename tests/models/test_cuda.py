@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.train_dle import time_dle_steps
 from models import train
 from models.data import load_etl
 from models.distributed import DistEnv
@@ -85,3 +86,10 @@ def test_epoch_data_stays_on_the_device(etl_dir: Path, tmp_path: Path):
     assert plan.perm.is_cuda and plan.negatives.is_cuda and tr.positives.bitmap.is_cuda
     loss = tr.step(plan, 0, 256, epoch_generator(1, 0, env.device))
     assert loss.is_cuda and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("mode", ["fp32", "tf32", "amp"])
+def test_dle_reference_step_runs_in_its_gpu_modes(etl_dir: Path, mode: str):
+    data = load_etl(etl_dir, torch.device("cuda", 0))
+    res = time_dle_steps(data, 512, 1, 2, torch.device("cuda", 0), mode)
+    assert res["samples_per_s"] > 0 and res["micro_batch"] == 512

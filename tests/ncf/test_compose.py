@@ -14,8 +14,17 @@ from ncf.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-TORCHRUN_FLAGS = {"--standalone", "--nnodes", "--nproc_per_node", "--nproc-per-node", "--rdzv_backend",
-                  "--rdzv_endpoint", "--node_rank", "--master_addr", "--master_port"}
+TORCHRUN_FLAGS = {
+    "--standalone",
+    "--nnodes",
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "--rdzv_backend",
+    "--rdzv_endpoint",
+    "--node_rank",
+    "--master_addr",
+    "--master_port",
+}
 
 
 def _expand(text: str) -> str:

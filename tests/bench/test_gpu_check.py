@@ -1,0 +1,80 @@
+"""bench/gpu_check.sh, the one call a lent GPU gets: every command it would run parses with the
+project's own parsers (its dry run prints them), so a typo cannot waste the device's minutes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import inference as bench_inference
+from bench import train as bench_train
+from ncf.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_MODULES = {"bench.train": bench_train, "bench.inference": bench_inference}
+
+
+def _dry_run(tmp_path: Path) -> list[list[str]]:
+    env = {
+        **os.environ,
+        "GPU_CHECK_DRY_RUN": "1",
+        "OUT": str(tmp_path / "out"),
+        "GPU_CHECK_DATA": str(tmp_path / "data"),
+        "PYTHON": "python3",
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_check.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return [shlex.split(line[4:]) for line in done.stdout.splitlines() if line.startswith("DRY ")]
+
+
+def _parse_module(module: str, argv: list[str]) -> argparse.Namespace:
+    if module == "ncf.cli":
+        return build_parser().parse_args(argv)
+    parser = argparse.ArgumentParser(prog=module, exit_on_error=False)
+    BENCH_MODULES[module].add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_every_step_parses_and_writes_under_out(tmp_path: Path):
+    commands = _dry_run(tmp_path)
+    modules = [cmd[2] for cmd in commands if cmd[1:2] == ["-m"]]
+    assert modules == [
+        "pytest",
+        "ncf.cli",
+        "ncf.cli",
+        "bench.train",
+        "bench.inference",
+        "bench.train",
+        "bench.train",
+    ]
+    for cmd in commands:
+        if cmd[1:3] == ["-m", "pytest"]:
+            files = [a for a in cmd[3:] if a.endswith(".py")]
+            assert "-m" in cmd and cmd[cmd.index("-m", 2) + 1] == "cuda"
+            assert files and all(re.search(r"mark\.cuda", (ROOT / f).read_text()) for f in files)
+        elif cmd[1:2] == ["-m"]:
+            args = _parse_module(cmd[2], cmd[3:])
+            if cmd[2].startswith("bench."):
+                assert args.device == "cuda"
+                assert Path(args.results_dir) == tmp_path / "out"
+    names = [c[c.index("--name") + 1] for c in commands if "--name" in c]
+    assert len(names) == len(set(names)), f"two steps write the same results file: {names}"
+
+
+@pytest.mark.parametrize("bad", [["--precisions", "tf23"], ["--batch-sizes", "1M"]])
+def test_the_parsers_do_refuse_typos(bad: list[str]):
+    with pytest.raises((SystemExit, argparse.ArgumentError)):
+        _parse_module("bench.train", ["--device", "cuda", *bad])
