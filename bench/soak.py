@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     }
     columns = list(row)
     via_ncf = Path(sys.argv[0]).name == "ncf"
-    command = shlex.join(["ncf" if via_ncf else "python -m bench.soak", *sys.argv[1:]])
+    command = ("ncf " if via_ncf else "python -m bench.soak ") + shlex.join(sys.argv[1:])
     write_results(
         args.name,
         [row],

@@ -35,6 +35,7 @@ import numpy as np
 
 from bench.common import RESULTS_DIR, write_results
 from ncf import names
+from ncf.triton_server import COMPOSING_MODELS
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
 Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
@@ -56,11 +57,7 @@ COLUMNS = (
 )
 MODELS = (names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND)
 # Models each benchmarked model calls (they must be loaded too).
-COMPOSING = {
-    names.MODEL_NEUMF: (),
-    names.MODEL_ENSEMBLE: (names.MODEL_WORKFLOW, names.MODEL_NEUMF),
-    names.MODEL_RECOMMEND: (names.MODEL_NEUMF,),
-}
+COMPOSING = {m: COMPOSING_MODELS.get(m, ()) for m in MODELS}
 # Models whose statistics add up to a request's server time: an ensemble has no compute of its
 # own (its steps do), while a BLS model's compute already includes the calls it makes.
 STATS_MODELS = {

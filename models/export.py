@@ -2,7 +2,8 @@
 
 The served network takes ``user_id [B, 1]`` and ``item_id [B, 1]`` (int64 model ids) and returns
 the probability ``score [B, 1]`` (fp32, sigmoid of NeuMF's logit). Both artifacts are loaded back
-and compared with eager PyTorch on random valid ids before anything is written; the repository's
+and compared with eager PyTorch on random valid ids before anything is written, as is the
+whole-catalogue scorer of ``recommend`` (``models/catalogue.py``); the repository's
 version folders are then replaced atomically, each with a ``manifest.json`` (sha256 of every
 artifact, id ranges, the source checkpoint and ETL, the check results). The vocabularies of the
 saved NVTabular Workflow and the users' rated items are exported for the ``workflow`` and
@@ -28,6 +29,7 @@ import onnxruntime as ort
 import torch
 
 from models import repo_writer, serving_tables
+from models.catalogue import CatalogueNeuMF
 from models.neumf import NeuMF
 from models.served import ServingNeuMF, load_checkpoint
 from ncf import names
@@ -154,6 +156,36 @@ def check_artifacts(
     return diffs
 
 
+def to_catalogue(model: NeuMF, meta: dict) -> bytes:
+    """Script ``CatalogueNeuMF`` over the metadata's item range; return the serialized module."""
+    scripted = torch.jit.script(CatalogueNeuMF(model, *meta["item_id_range"]).eval())
+    args = [a.name for a in scripted.forward.schema.arguments[1:]]
+    if args != [names.INPUT_USER]:  # the libtorch backend binds inputs by name
+        raise RuntimeError(f"catalogue forward() arguments {args} differ from the Triton input")
+    buf = io.BytesIO()
+    torch.jit.save(scripted, buf)
+    return buf.getvalue()
+
+
+def check_catalogue(wrapper: ServingNeuMF, cat_bytes: bytes, meta: dict, users: int, seed: int):
+    """Max abs difference of the loaded catalogue scorer vs eager PyTorch, every item of
+    ``users`` random users."""
+    scripted = torch.jit.load(io.BytesIO(cat_bytes), map_location="cpu").eval()
+    lo, hi = meta["item_id_range"]
+    items = torch.arange(lo, hi).unsqueeze(1)  # [C, 1]
+    diff = 0.0
+    for user in random_ids(meta, users, seed)[0]:  # [1] each
+        with torch.no_grad():
+            eager = wrapper(user.expand(hi - lo, 1), items)[:, 0]  # [C]
+            got = scripted(user.reshape(1, 1))
+        if got.shape != (1, hi - lo) or got.dtype != torch.float32:
+            raise RuntimeError(
+                f"catalogue output {tuple(got.shape)} {got.dtype}, want (1, {hi - lo})"
+            )
+        diff = max(diff, float((got[0] - eager).abs().max()))
+    return diff
+
+
 def _file_sha256(path: Path) -> str:
     return repo_writer.sha256_file(path)
 
@@ -213,6 +245,8 @@ def export_repository(
         to_onnx(wrapper, example, exporter),
     )
     diffs = check_artifacts(wrapper, ts_bytes, onnx_bytes, meta, check_samples, seed + 1)
+    cat_bytes = to_catalogue(model, meta)
+    diffs["catalogue"] = check_catalogue(wrapper, cat_bytes, meta, 8, seed + 2)
     bad = {k: v for k, v in diffs.items() if not v <= tolerance}
     if bad:
         raise ValueError(
@@ -222,6 +256,7 @@ def export_repository(
     artifacts = {
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
+        names.ARTIFACT_CATALOGUE: cat_bytes,
         names.ARTIFACT_VOCAB: _npz(serving_tables.vocab_tables(data, meta)),
         names.ARTIFACT_SEEN: _npz(serving_tables.seen_tables(data, meta)),
     }

@@ -33,6 +33,7 @@ OUTPUT_KNOWN = "known"  # BOOL [batch, 1], False where a raw id is not in the vo
 INPUT_K = "k"  # INT64 [1, 1], number of recommendations
 OUTPUT_RAW_ITEMS = "movie_ids"  # INT64 [1, k], recommended raw movieIds, best first
 OUTPUT_SCORES = "scores"  # FP32 [1, k]
+OUTPUT_ITEM_SCORES = "item_scores"  # FP32 [1, C], every catalogue item for one user_id [1, 1]
 
 # Triton model names in triton_repo/.
 MODEL_NEUMF = "neumf"
@@ -41,12 +42,17 @@ MODEL_NEUMF_ONNX = "neumf_onnx"
 MODEL_WORKFLOW = "workflow"
 MODEL_ENSEMBLE = "ncf"
 MODEL_RECOMMEND = "recommend"
+MODEL_CATALOGUE = "neumf_catalogue"  # recommend's scorer: one user x every item
+MODEL_CATALOGUE_LIBTORCH = "neumf_catalogue_libtorch"
 # Models the python-backend-only CPU server can load.
-CPU_MODELS = (MODEL_WORKFLOW, MODEL_NEUMF, MODEL_ENSEMBLE, MODEL_RECOMMEND)
+CPU_MODELS = (MODEL_WORKFLOW, MODEL_NEUMF, MODEL_CATALOGUE, MODEL_ENSEMBLE, MODEL_RECOMMEND)
+# Their twins on Triton's official backends (NGC tritonserver only).
+OFFICIAL_BACKEND_MODELS = (MODEL_NEUMF_LIBTORCH, MODEL_NEUMF_ONNX, MODEL_CATALOGUE_LIBTORCH)
 
 # Export artifacts (written into triton_repo/<model>/1/ by `ncf export`, never committed).
 ARTIFACT_TORCHSCRIPT = "model.pt"
 ARTIFACT_ONNX = "model.onnx"
+ARTIFACT_CATALOGUE = "catalogue.pt"  # TorchScript of models/catalogue.py
 ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend models
 ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
 MANIFEST_FILE = "manifest.json"

@@ -63,7 +63,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if unknown:
         raise ValueError(
             f"--models {unknown}: this CPU server runs only {list(names.CPU_MODELS)} "
-            f"({names.MODEL_NEUMF_LIBTORCH}/{names.MODEL_NEUMF_ONNX} need the NGC tritonserver)"
+            f"({'/'.join(names.OFFICIAL_BACKEND_MODELS)} need the NGC tritonserver)"
         )
 
 
@@ -114,7 +114,7 @@ def _report(server: TritonServer) -> None:
         "ready": True,
         "pid": server.pid,
         "models": server.models,
-        "not_loaded": skipped + [names.MODEL_NEUMF_LIBTORCH, names.MODEL_NEUMF_ONNX],
+        "not_loaded": skipped + list(names.OFFICIAL_BACKEND_MODELS),
         "http": server.http_url,
         "grpc": server.grpc_url,
         "metrics": f"http://{server.metrics_url}/metrics",

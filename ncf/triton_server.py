@@ -292,15 +292,16 @@ class TritonServer:
         self.stop()
 
 
-# Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt.
-_NEEDS = {
+# Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt; a test
+# checks this against the configs.
+COMPOSING_MODELS = {
     names.MODEL_ENSEMBLE: (names.MODEL_WORKFLOW, names.MODEL_NEUMF),
-    names.MODEL_RECOMMEND: (names.MODEL_NEUMF,),
+    names.MODEL_RECOMMEND: (names.MODEL_CATALOGUE,),
 }
 
 
 def _check_dependencies(models: Sequence[str]) -> None:
-    for model, needs in _NEEDS.items():
+    for model, needs in COMPOSING_MODELS.items():
         lacking = [m for m in needs if model in models and m not in models]
         if lacking:
             raise ValueError(

@@ -38,6 +38,12 @@ def _commands() -> list[str]:
 COMMANDS = _commands()
 
 
+def test_no_command_is_quoted_as_one_word():
+    """e.g. `'python -m bench.soak' --repo R` (a shlex.join of the program name) runs nothing."""
+    quoted = [s for s in re.findall(r"`([^`\n]+)`", README) if re.match(r"'(ncf|python) ", s)]
+    assert not quoted
+
+
 def test_the_readme_shows_every_stage():
     stages = {c.split()[1] for c in COMMANDS if c.startswith("ncf ")}
     stages |= {"serve"} if "`ncf serve --repo" in README else set()

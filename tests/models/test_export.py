@@ -61,7 +61,7 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
         assert manifest["source"]["checkpoint_sha256"] == _sha(checkpoint)
         assert manifest["source"]["metadata_sha256"] == _sha(etl_dir / names.METADATA_FILE)
     diffs = common["checks"]["max_abs_diff"]
-    assert set(diffs) == {"torchscript", "onnx"} and max(diffs.values()) <= 1e-5
+    assert set(diffs) == {"torchscript", "onnx", "catalogue"} and max(diffs.values()) <= 1e-5
     assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in
     assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
 
@@ -85,6 +85,22 @@ def test_written_artifacts_equal_eager_pytorch(exported, checkpoint, etl_dir, ba
     for got in (got_ts, got_onnx):
         assert got.shape == (batch, 1) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_written_catalogue_scorer_equals_eager_pytorch(exported, checkpoint, etl_dir):
+    repo, _ = exported
+    meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
+    lo, hi = meta["item_id_range"]
+    model, _ = export.load_checkpoint(checkpoint)
+    scorer = torch.jit.load(repo / names.MODEL_CATALOGUE_LIBTORCH / "1" / names.ARTIFACT_CATALOGUE)
+    assert [a.name for a in scorer.forward.schema.arguments[1:]] == [names.INPUT_USER]
+    items = torch.arange(lo, hi)
+    for user in export.random_ids(meta, 3, seed=7)[0][:, 0].tolist():
+        with torch.no_grad():
+            want = torch.sigmoid(model(torch.full_like(items, user), items))
+            got = scorer(torch.tensor([[user]]))
+        assert got.shape == (1, hi - lo)
+        torch.testing.assert_close(got[0], want, rtol=0, atol=1e-5)
 
 
 def test_artifacts_carry_the_triton_tensor_names(exported):

@@ -104,3 +104,29 @@ def test_triton_serves_the_checkout_repository():
     assert any(v.startswith("./triton_repo:/models") for v in vols)
     ports = COMPOSE["services"]["triton"]["ports"]
     assert all(p.startswith("127.0.0.1:") for p in ports), "publish on loopback only by default"
+
+
+def _gpu_config(model: str):
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    folder = ROOT / "triton_repo" / model
+    path = folder / "configs" / "gpu.pbtxt"  # --model-config-name=gpu, else config.pbtxt
+    path = path if path.is_file() else folder / "config.pbtxt"
+    return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+
+
+def test_the_gpu_server_loads_every_model_its_models_call():
+    """Ensemble steps and recommend's BLS scorer (GPU variants) are loaded beside them."""
+    (argv,) = _commands(COMPOSE["services"]["triton"])
+    loaded = {a.split("=", 1)[1] for a in argv if a.startswith("--load-model=")}
+    for model in sorted(loaded):
+        cfg = _gpu_config(model)
+        needs = {step.model_name for step in cfg.ensemble_scheduling.step}
+        if "scorer_model" in cfg.parameters:
+            needs.add(cfg.parameters["scorer_model"].string_value)
+        assert needs <= loaded, f"{model} calls {sorted(needs - loaded)}, not loaded in compose"
+        # the python models there run without torch (the NGC tritonserver image has none)
+        if cfg.backend == "python":
+            source = (ROOT / "triton_repo" / model / "1" / "model.py").read_text(encoding="utf-8")
+            assert "import torch" not in source, model

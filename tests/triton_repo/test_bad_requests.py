@@ -50,6 +50,16 @@ BAD = {
     "workflow_empty_batch": (names.MODEL_WORKFLOW, _raw(0), None),
     "ensemble_wrong_dtype": (names.MODEL_ENSEMBLE, _raw(4, dtype=np.float64), None),
     "ensemble_over_max_batch": (names.MODEL_ENSEMBLE, _raw(MAX_BATCH + 1), None),
+    "catalogue_user_out_of_range": (
+        names.MODEL_CATALOGUE,
+        {names.INPUT_USER: np.array([[10**6]], dtype=np.int64)},
+        "out of range",
+    ),
+    "catalogue_batch_of_users": (
+        names.MODEL_CATALOGUE,
+        {names.INPUT_USER: np.array([[1], [2]], dtype=np.int64)},
+        None,
+    ),
     "recommend_unknown_user": (names.MODEL_RECOMMEND, _rec(user=10**9), "not in the vocabulary"),
     "recommend_k_zero": (names.MODEL_RECOMMEND, _rec(k=0), "k=0"),
     "recommend_k_negative": (names.MODEL_RECOMMEND, _rec(k=-3), "k=-3"),

@@ -14,7 +14,13 @@ from ncf import names
 
 REPO = project_repo()
 ALL_MODELS = sorted(MODEL_ARTIFACTS)
-PYTHON_MODELS = [names.MODEL_NEUMF, names.MODEL_WORKFLOW, names.MODEL_RECOMMEND]
+PYTHON_MODELS = [
+    names.MODEL_NEUMF,
+    names.MODEL_CATALOGUE,
+    names.MODEL_WORKFLOW,
+    names.MODEL_RECOMMEND,
+]
+CATALOGUE_MODELS = [names.MODEL_CATALOGUE, names.MODEL_CATALOGUE_LIBTORCH]
 NEUMF_MODELS = [names.MODEL_NEUMF, names.MODEL_NEUMF_LIBTORCH, names.MODEL_NEUMF_ONNX]
 # What triton_repo/*/1/model.py may import (docs/ARCHITECTURE.md).
 ALLOWED_IMPORTS = {
@@ -49,6 +55,7 @@ def test_repository_holds_exactly_the_shared_model_names():
     shared = sorted(getattr(names, n) for n in dir(names) if n.startswith("MODEL_"))
     assert dirs == shared == ALL_MODELS
     assert set(names.CPU_MODELS) == {*PYTHON_MODELS, names.MODEL_ENSEMBLE}
+    assert set(names.OFFICIAL_BACKEND_MODELS) == set(ALL_MODELS) - set(names.CPU_MODELS)
 
 
 @pytest.mark.parametrize("model", ALL_MODELS)
@@ -68,13 +75,28 @@ def test_neumf_models_take_model_ids_and_return_a_score(model):
     assert cfg.HasField("dynamic_batching")
 
 
+@pytest.mark.parametrize("model", CATALOGUE_MODELS)
+def test_catalogue_models_take_one_user_and_score_every_item(model):
+    cfg = config(model)
+    assert cfg.max_batch_size == 0
+    assert io(cfg.input) == [(names.INPUT_USER, "TYPE_INT64", [1, 1])]
+    assert io(cfg.output) == [(names.OUTPUT_ITEM_SCORES, "TYPE_FP32", [1, -1])]
+
+
 def test_official_backend_configs_name_the_exported_artifacts():
     libtorch, onnx = config(names.MODEL_NEUMF_LIBTORCH), config(names.MODEL_NEUMF_ONNX)
+    catalogue = config(names.MODEL_CATALOGUE_LIBTORCH)
     assert (libtorch.platform, libtorch.default_model_filename) == (
         "pytorch_libtorch",
         names.ARTIFACT_TORCHSCRIPT,
     )
     assert (onnx.platform, onnx.default_model_filename) == ("onnxruntime_onnx", names.ARTIFACT_ONNX)
+    assert (catalogue.platform, catalogue.default_model_filename) == (
+        "pytorch_libtorch",
+        names.ARTIFACT_CATALOGUE,
+    )
+    for model in names.OFFICIAL_BACKEND_MODELS:
+        assert config(model).default_model_filename in MODEL_ARTIFACTS[model]
 
 
 @pytest.mark.parametrize("model", PYTHON_MODELS)
@@ -89,6 +111,7 @@ def test_python_models_run_on_cpu_and_name_shared_artifacts(model):
         "onnx_artifact": names.ARTIFACT_ONNX,
         "vocab_artifact": names.ARTIFACT_VOCAB,
         "seen_artifact": names.ARTIFACT_SEEN,
+        "catalogue_artifact": names.ARTIFACT_CATALOGUE,
     }
     named = {k: v for k, v in p.items() if k.endswith("_artifact")}
     assert named and named == {k: shared[k] for k in named}
@@ -142,18 +165,10 @@ def test_recommend_io_and_scorer():
         (names.OUTPUT_SCORES, "TYPE_FP32", [1, -1]),
     ]
     p = params(cfg)
-    assert (
-        p["scorer_model"],
-        p["scorer_user_input"],
-        p["scorer_item_input"],
-        p["scorer_output"],
-    ) == (
-        names.MODEL_NEUMF,
-        names.INPUT_USER,
-        names.INPUT_ITEM,
-        names.OUTPUT_SCORE,
-    )
-    assert int(p["scorer_max_batch_size"]) == config(names.MODEL_NEUMF).max_batch_size
+    scorer = config(p["scorer_model"])
+    assert p["scorer_model"] == names.MODEL_CATALOGUE
+    assert [t.name for t in scorer.input] == [p["scorer_user_input"]] == [names.INPUT_USER]
+    assert [t.name for t in scorer.output] == [p["scorer_output"]] == [names.OUTPUT_ITEM_SCORES]
 
 
 def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
@@ -166,8 +181,8 @@ def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
         assert step.model_name == names.MODEL_NEUMF_LIBTORCH
         step.model_name = names.MODEL_NEUMF
     elif model == names.MODEL_RECOMMEND:  # scored by the official PyTorch backend
-        assert gpu.parameters["scorer_model"].string_value == names.MODEL_NEUMF_LIBTORCH
-        gpu.parameters["scorer_model"].string_value = names.MODEL_NEUMF
+        assert gpu.parameters["scorer_model"].string_value == names.MODEL_CATALOGUE_LIBTORCH
+        gpu.parameters["scorer_model"].string_value = names.MODEL_CATALOGUE
     return gpu
 
 
@@ -197,3 +212,18 @@ def test_python_models_import_only_what_the_architecture_allows(model):
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
     assert imported <= ALLOWED_IMPORTS
+
+
+def test_composing_models_match_the_configs():
+    """ncf.triton_server.COMPOSING_MODELS (what must be loaded beside a model) is what the CPU
+    configs call: ensemble steps and BLS scorers."""
+    from ncf.triton_server import COMPOSING_MODELS
+
+    calls = {}
+    for model in ALL_MODELS:
+        cfg = config(model)
+        needs = [step.model_name for step in cfg.ensemble_scheduling.step]
+        needs += [v for k, v in params(cfg).items() if k == "scorer_model"]
+        if needs:
+            calls[model] = tuple(needs)
+    assert calls == COMPOSING_MODELS

@@ -43,7 +43,7 @@ def test_ncf_serve_stops_cleanly_on_signal(repo, sig):
                 assert r.status == 200
             procs = _tree(proc.pid)
             stubs = [p for p in procs if "triton_python_backend_stub" in " ".join(p.cmdline())]
-            assert len(stubs) == 3  # neumf, workflow, recommend (the ensemble has no process)
+            assert len(stubs) == 4  # neumf, neumf_catalogue, workflow, recommend (not the ensemble)
             proc.send_signal(sig)
             assert proc.wait(timeout=60) == 0, proc.stderr.read()
             assert _gone(procs)  # server and python stubs: no orphans
@@ -81,6 +81,7 @@ def test_python_models_refuse_artifacts_that_do_not_match_the_manifest(repo, tmp
         names.MODEL_NEUMF: names.ARTIFACT_TORCHSCRIPT,
         names.MODEL_WORKFLOW: names.ARTIFACT_VOCAB,
         names.MODEL_RECOMMEND: names.ARTIFACT_SEEN,
+        names.MODEL_CATALOGUE: names.ARTIFACT_CATALOGUE,
     }
     for model, artifact in targets.items():
         path = tampered / model / "1" / artifact
@@ -141,7 +142,7 @@ def test_numpy_2_is_refused_before_starting(version, ok):
 
 
 def test_models_that_call_others_need_them_loaded(repo):
-    with pytest.raises(ValueError, match=r"recommend needs \['neumf'\]"):
+    with pytest.raises(ValueError, match=r"recommend needs \['neumf_catalogue'\]"):
         TritonServer(repo, models=[names.MODEL_RECOMMEND])
     with pytest.raises(ValueError, match=r"ncf needs \['workflow'\]"):
         TritonServer(repo, models=[names.MODEL_NEUMF, names.MODEL_ENSEMBLE])

@@ -100,7 +100,11 @@ def _brute_force_top_k(etl_dir, workflow, eager, raw_user: int, k: int):
 
 @pytest.mark.parametrize("k", [1, 10])
 def test_recommend_equals_brute_force(client, etl_dir, workflow, eager, k):
+    """The k best unrated items of the eager network, best first. The served scores come from
+    neumf_catalogue (same math, other float rounding): items whose eager scores are within 1e-6
+    may swap places, so the check is on the scores and on each returned item's own score."""
     ratings = pd.read_csv(etl_fixture.RATINGS)
+    raw_items = np.sort(ratings[names.RAW_ITEM].unique())
     for raw_user in np.random.default_rng(k).choice(ratings[names.RAW_USER].unique(), 3):
         out = infer(
             client,
@@ -108,10 +112,35 @@ def test_recommend_equals_brute_force(client, etl_dir, workflow, eager, k):
             {names.INPUT_RAW_USER: np.array([[raw_user]]), names.INPUT_K: np.array([[k]])},
             [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES],
         )
+        got_items, got_scores = out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0]
         want_items, want_scores = _brute_force_top_k(etl_dir, workflow, eager, int(raw_user), k)
-        assert out[names.OUTPUT_RAW_ITEMS].shape == (1, k)
-        np.testing.assert_array_equal(out[names.OUTPUT_RAW_ITEMS][0], want_items)
-        np.testing.assert_allclose(out[names.OUTPUT_SCORES][0], want_scores, rtol=0, atol=1e-5)
+        assert got_items.shape == (k,) and len(set(got_items.tolist())) == k
+        np.testing.assert_allclose(got_scores, want_scores, rtol=0, atol=1e-6)
+        # every returned item is a real, unrated item and carries its own eager score
+        users, codes = etl_fixture.transform(workflow, np.full(k, raw_user), got_items)
+        own = _eager_scores(eager, users.reshape(-1, 1), codes.reshape(-1, 1))[:, 0]
+        np.testing.assert_allclose(got_scores, own, rtol=0, atol=1e-6)
+        assert set(got_items.tolist()) <= set(raw_items.tolist())
+        clear = np.abs(want_scores[:, None] - want_scores[None, :]) + np.eye(k) > 1e-6
+        if clear.all():  # no near-ties among the top k: the order is the brute-force order
+            np.testing.assert_array_equal(got_items, want_items)
+
+
+def test_catalogue_scorer_equals_pytorch(client, etl_dir, eager):
+    """neumf_catalogue: one user id -> every item's score, in model-id order."""
+    lo, hi = _meta(etl_dir)["item_id_range"]
+    items = np.arange(lo, hi).reshape(-1, 1)
+    for user in (lo, hi // 2):
+        user = min(user, _meta(etl_dir)["num_users"] - 1)
+        out = infer(
+            client,
+            names.MODEL_CATALOGUE,
+            {names.INPUT_USER: np.array([[user]], dtype=np.int64)},
+            [names.OUTPUT_ITEM_SCORES],
+        )[names.OUTPUT_ITEM_SCORES]
+        want = _eager_scores(eager, np.full_like(items, user), items)[:, 0]
+        assert out.shape == (1, hi - lo) and out.dtype == np.float32
+        np.testing.assert_allclose(out[0], want, rtol=0, atol=1e-5)
 
 
 def test_recommend_whole_catalogue_returns_only_unrated(client, etl_dir):

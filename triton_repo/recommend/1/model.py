@@ -3,8 +3,8 @@
 Config (``../config.pbtxt``): inputs raw user id and k (INT64 ``[1, 1]``, in that order); outputs
 raw item ids (INT64 ``[1, k]``) and their scores (FP32 ``[1, k]``), best first, ties broken by the
 lower item model id. Every item of the catalogue (``item_id_range`` in the manifest) is scored in
-one batched request to the scorer model (BLS; ``neumf``), chunked only when the catalogue exceeds
-the scorer's batch limit. ``vocab.npz`` (see the workflow model) maps ids both ways; ``seen.npz``
+one request to the scorer model (BLS; ``neumf_catalogue``: user id ``[1, 1]`` -> scores ``[1, C]``
+in model-id order). ``vocab.npz`` (see the workflow model) maps ids both ways; ``seen.npz``
 holds each user's rated items as CSR arrays (``indptr [num_users + 1]``, ``indices``) by model id.
 """
 
@@ -47,9 +47,7 @@ class TritonPythonModel:
         self.raw_user_in, self.k_in = (t["name"] for t in cfg["input"])
         self.items_out, self.scores_out = (t["name"] for t in cfg["output"])
         self.scorer = p["scorer_model"]
-        self.scorer_user, self.scorer_item = p["scorer_user_input"], p["scorer_item_input"]
-        self.scorer_out = p["scorer_output"]
-        self.chunk = int(p["scorer_max_batch_size"])
+        self.scorer_user, self.scorer_out = p["scorer_user_input"], p["scorer_output"]
         vdir = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(vdir, p["manifest"]), encoding="utf-8") as f:
             lo, hi = json.load(f)["ids"]["item_id_range"]
@@ -66,26 +64,24 @@ class TritonPythonModel:
         return int(self.user_code[pos]) if self.user_raw[pos] == raw_user else None
 
     def _scores(self, user):
-        """Scores [C] of every catalogue item for model id ``user`` (one BLS request per chunk)."""
-        parts = []
-        for start in range(0, len(self.candidates), self.chunk):
-            items = self.candidates[start : start + self.chunk, None]  # [c, 1]
-            users = np.full_like(items, user)
-            request = pb_utils.InferenceRequest(
-                model_name=self.scorer,
-                requested_output_names=[self.scorer_out],
-                inputs=[
-                    pb_utils.Tensor(self.scorer_user, users),
-                    pb_utils.Tensor(self.scorer_item, items),
-                ],
-                # a GPU scorer (neumf_libtorch) would otherwise answer in GPU memory
-                preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+        """Scores [C] of every catalogue item for model id ``user`` (one BLS request)."""
+        request = pb_utils.InferenceRequest(
+            model_name=self.scorer,
+            requested_output_names=[self.scorer_out],
+            inputs=[pb_utils.Tensor(self.scorer_user, np.array([[user]], dtype=np.int64))],
+            # a GPU scorer (neumf_catalogue_libtorch) would otherwise answer in GPU memory
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"scorer model {self.scorer!r}: {response.error().message()}")
+        scores = pb_utils.get_output_tensor_by_name(response, self.scorer_out).as_numpy()
+        if scores.shape != (1, len(self.candidates)):
+            raise RuntimeError(
+                f"scorer model {self.scorer!r} returned {scores.shape} scores for a catalogue of "
+                f"{len(self.candidates)} items: re-run `ncf export` so both come from one export"
             )
-            response = request.exec()
-            if response.has_error():
-                raise RuntimeError(f"scorer model {self.scorer!r}: {response.error().message()}")
-            parts.append(pb_utils.get_output_tensor_by_name(response, self.scorer_out).as_numpy())
-        return np.concatenate(parts)[:, 0]
+        return scores[0]
 
     def _recommend(self, raw_user, k):
         """(raw item ids [1, n], scores [1, n]) with n = min(k, unrated items), or an error string."""
@@ -103,6 +99,9 @@ class TritonPythonModel:
         seen = seen[(seen >= self.candidates[0]) & (seen <= self.candidates[-1])]
         keep[seen - self.candidates[0]] = False
         items, scores = self.candidates[keep], scores[keep]
+        if k < len(scores):  # sort only the items that can make the top k (ties at the k-th kept)
+            top = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+            items, scores = items[top], scores[top]
         best = np.lexsort((items, -scores))[:k]  # score descending, then item id ascending
         return self.raw_item_of[items[best]][None, :], scores[best][None, :].astype(np.float32)
 
