@@ -32,6 +32,8 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench.soak",
         "tritonserver under a bounded mixed valid/invalid load (memory, errors)",
     ),
+    # a diagnostic, not part of `ncf bench all`
+    "profile": ("bench.profile_step", "torch.profiler table of one training step's operators"),
 }
 
 

@@ -12,7 +12,8 @@
 #   4. bench.train: batch 1M and 64k x fp32 / TF32 / AMP (throughput, peak GPU memory)
 #   5. bench.inference: eager + TorchScript, batch 1024 and 1M, every precision the GPU has
 #   6. bench.train: a timed 30-epoch run (AMP, batch 1M; train + evaluate every epoch)
-#   7. bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
+#   7. bench.profile_step: torch.profiler on AMP steps at batch 1M (which kernels take the time)
+#   8. bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
 #      if time is left: DLE's published figures are from an A100, this compares on the same chip
 # Every step writes into $OUT (JSON results, logs, steps.json); a summary table prints last.
 # GPU_CHECK_DRY_RUN=1 prints each step's command ("DRY <args>", shell-quoted) instead of running
@@ -87,6 +88,9 @@ step train-30-epochs 200 100 "$PY" -m bench.train --device cuda "${train_data[@]
     --batch-sizes 1048576 --precisions amp --procs 1 --steps 1 --warmup 1 --epochs-run 30 \
     --run-precision amp --name train_gpu_30ep --results-dir "$OUT"
 
+step profile 60 40 "$PY" -m bench.profile_step --device cuda "${train_data[@]}" \
+    --precision amp --batch 1048576 --warmup 3 --steps 3 --name profile_gpu --results-dir "$OUT"
+
 step train-dle 90 45 "$PY" -m bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 --precisions amp --dle-baseline --procs 1 --steps 5 --warmup 2 \
     --name train_gpu_dle --results-dir "$OUT"
@@ -103,7 +107,7 @@ print("\n| step | status | seconds |\n|---|---|---|")
 for line in (out / "steps.jsonl").read_text().splitlines():
     s = json.loads(line)
     print(f"| {s['step']} | {s['status']} | {s.get('seconds', '')} |")
-keys = ("precision", "backend", "batch", "samples_per_s", "step_s", "peak_gpu_gib", "lat_mean_ms",
+keys = ("op", "share_pct", "self_ms_per_step", "precision", "backend", "batch", "samples_per_s", "step_s", "peak_gpu_gib", "lat_mean_ms",
         "lat_p99_ms")
 for path in sorted(out.glob("*.json")):
     payload = json.loads(path.read_text())

@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 
 from bench import inference as bench_inference
+from bench import profile_step as bench_profile
 from bench import train as bench_train
 from ncf.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH_MODULES = {"bench.train": bench_train, "bench.inference": bench_inference}
+BENCH_MODULES = {
+    "bench.train": bench_train,
+    "bench.inference": bench_inference,
+    "bench.profile_step": bench_profile,
+}
 
 
 def _dry_run(tmp_path: Path) -> list[list[str]]:
@@ -58,6 +63,7 @@ def test_every_step_parses_and_writes_under_out(tmp_path: Path):
         "bench.train",
         "bench.inference",
         "bench.train",
+        "bench.profile_step",
         "bench.train",
     ]
     for cmd in commands:

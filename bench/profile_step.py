@@ -1,0 +1,159 @@
+"""``python -m bench.profile_step``: where one NeuMF training step spends its time (torch.profiler).
+
+Builds the real ``Trainer`` on an ETL split (or ``ncf synth`` data), plans epoch 0, runs warm-up
+steps, then profiles ``--steps`` global batches and tabulates the operators by self time on the
+device (CUDA kernels on a GPU, CPU time otherwise), per step. Written for the GPU check: the H200
+AMP step is below DLE's A100 figure and this says which operators take the time.
+
+    python -m bench.profile_step --device cuda --precision amp --batch 1048576
+    python -m bench.profile_step --scale 0.01 --batch 65536        # CPU, quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench.common import RESULTS_DIR, write_results
+
+COLUMNS = ("op", "calls_per_step", "self_ms_per_step", "share_pct", "self_cpu_ms_per_step")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, help="ETL output directory (default: ncf synth data)")
+    p.add_argument("--scale", type=float, default=1.0, help="ncf synth scale when no --data")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "bf16", "amp"))
+    p.add_argument("--batch", type=int, default=1 << 20, help="global batch size")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    p.add_argument("--steps", type=int, default=3, help="profiled steps")
+    p.add_argument("--top", type=int, default=25, help="operators in the table")
+    p.add_argument(
+        "--name", default="profile_step", help="results name (<results-dir>/<name>.json)"
+    )
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+
+
+def _self_device_us(evt) -> float:
+    """Self time on the accelerator in microseconds (attribute renamed across torch versions)."""
+    for attr in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(evt, attr):
+            return float(getattr(evt, attr))
+    return 0.0
+
+
+def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
+    """Rows of the ``top`` operators by self time (device or CPU), per step, with their share."""
+    rows = []
+    for evt in events:
+        # On a GPU the kernels are listed twice: as their own (CUDA) events and as the self
+        # device time of the CPU-side operator that launched them; keep the operators only.
+        if on_device and getattr(evt, "device_type", None) != torch.autograd.DeviceType.CPU:
+            continue
+        device_us = _self_device_us(evt) if on_device else float(evt.self_cpu_time_total)
+        rows.append(
+            {
+                "op": evt.key,
+                "calls_per_step": round(evt.count / steps, 2),
+                "self_ms_per_step": device_us / steps / 1e3,
+                "self_cpu_ms_per_step": round(evt.self_cpu_time_total / steps / 1e3, 4),
+            }
+        )
+    total = sum(r["self_ms_per_step"] for r in rows) or 1.0
+    rows.sort(key=lambda r: -r["self_ms_per_step"])
+    for r in rows:
+        r["share_pct"] = round(100 * r["self_ms_per_step"] / total, 2)
+        r["self_ms_per_step"] = round(r["self_ms_per_step"], 4)
+    return rows[:top]
+
+
+def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict]:
+    """Profile ``args.steps`` training steps; (operator rows, step facts)."""
+    from bench.train_data import load
+    from models.distributed import process_group
+    from models.epoch import epoch_generator, plan_epoch
+    from models.presets import TrainConfig
+    from models.runtime import configure, default_threads
+    from models.trainer import RunOptions, Trainer
+
+    with process_group(args.device) as env, tempfile.TemporaryDirectory() as tmp:
+        configure(
+            env.device, default_threads(1), deterministic=False, tf32=args.precision == "tf32"
+        )
+        data = load(data_path, env.device)
+        opts = RunOptions(out=Path(tmp), etl_dir=data_path, amp=args.precision in ("bf16", "amp"))
+        tr = Trainer(data, TrainConfig(batch_size=args.batch), env, opts)
+        gen = epoch_generator(tr.cfg.seed, 0, env.device)
+        plan = plan_epoch(data, tr.cfg.negatives, tr.cfg.negative_sampling, tr.positives, gen)
+        size = min(args.batch, plan.num_samples)
+        starts = [
+            (i * size) % max(plan.num_samples - size, 1) for i in range(args.warmup + args.steps)
+        ]
+        sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
+        for s in starts[: args.warmup]:
+            tr.step(plan, s, size, gen)
+        sync()
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if env.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        t0 = time.perf_counter()
+        with torch.profiler.profile(activities=activities) as prof:
+            for s in starts[args.warmup :]:
+                tr.step(plan, s, size, gen)
+            sync()
+        seconds = time.perf_counter() - t0  # with the profiler's own overhead
+        rows = op_table(prof.key_averages(), args.steps, env.device.type == "cuda", args.top)
+        facts = {
+            "device": str(env.device),
+            "precision": args.precision,
+            "batch": size,
+            "profiled_step_s": round(seconds / args.steps, 4),
+            "micro_batches": tr.micro_batches(size),
+        }
+    return rows, facts
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
+        raise ValueError(
+            f"--steps {args.steps} --warmup {args.warmup} --batch {args.batch}: need steps >= 1, "
+            "warmup >= 0, batch >= 1"
+        )
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+    data = args.data
+    if data is None:
+        from bench.train_data import synthetic
+
+        data = synthetic(args.scale)
+    rows, facts = profile(args, data)
+    command = "python -m bench.profile_step " + shlex.join(sys.argv[1:])
+    title = (
+        f"Training step profile ({facts['device']}, {facts['precision']}, batch {facts['batch']:,})"
+    )
+    write_results(
+        args.name,
+        rows,
+        COLUMNS,
+        command,
+        extra={"step": facts, "data": str(data)},
+        results_dir=args.results_dir,
+        title=title,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.profile_step", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
