@@ -75,26 +75,17 @@ def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
 
 def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict]:
     """Profile ``args.steps`` training steps; (operator rows, step facts)."""
-    from bench.train_data import load
+    from bench.train_worker import build_trainer, step_starts
     from models.distributed import process_group
     from models.epoch import epoch_generator, plan_epoch
-    from models.presets import TrainConfig
-    from models.runtime import configure, default_threads
-    from models.trainer import RunOptions, Trainer
 
+    point = {"data": str(data_path), "precision": args.precision, "batch": args.batch}
     with process_group(args.device) as env, tempfile.TemporaryDirectory() as tmp:
-        configure(
-            env.device, default_threads(1), deterministic=False, tf32=args.precision == "tf32"
-        )
-        data = load(data_path, env.device)
-        opts = RunOptions(out=Path(tmp), etl_dir=data_path, amp=args.precision in ("bf16", "amp"))
-        tr = Trainer(data, TrainConfig(batch_size=args.batch), env, opts)
+        tr = build_trainer(point, env, Path(tmp))
         gen = epoch_generator(tr.cfg.seed, 0, env.device)
-        plan = plan_epoch(data, tr.cfg.negatives, tr.cfg.negative_sampling, tr.positives, gen)
+        plan = plan_epoch(tr.data, tr.cfg.negatives, tr.cfg.negative_sampling, tr.positives, gen)
         size = min(args.batch, plan.num_samples)
-        starts = [
-            (i * size) % max(plan.num_samples - size, 1) for i in range(args.warmup + args.steps)
-        ]
+        starts = step_starts(plan.num_samples, size, args.warmup + args.steps)
         sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
         for s in starts[: args.warmup]:
             tr.step(plan, s, size, gen)

@@ -147,7 +147,9 @@ def _launch(point: dict, procs: int) -> tuple[dict, float]:
 
 def dle_precisions(device: str) -> list[str]:
     """DLE's step in the modes DLE reports on ``device`` (its GPU tables: TF32 and AMP)."""
-    return ["dle", "dle-tf32", "dle-amp"] if device == "cuda" else ["dle"]
+    from bench.train_dle import DLE_PRECISIONS
+
+    return list(DLE_PRECISIONS) if device == "cuda" else ["dle"]
 
 
 def _step_points(args: argparse.Namespace, base: dict, precisions: list[str]) -> list[dict]:

@@ -32,6 +32,11 @@ def _sync(env: DistEnv) -> None:
         torch.cuda.synchronize(env.device)
 
 
+def step_starts(num_samples: int, batch: int, count: int) -> list[int]:
+    """Start offsets of ``count`` global batches in an epoch's order (wrapping round)."""
+    return [(i * batch) % max(num_samples - batch, 1) for i in range(count)]
+
+
 def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
     """Plan epoch 0, run ``warmup`` then ``steps`` global batches; throughput of the timed ones."""
     env, batch = tr.env, tr.cfg.batch_size
@@ -41,7 +46,7 @@ def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
     _sync(env)
     plan_s = time.perf_counter() - t0
     n = plan.num_samples
-    starts = [(i * batch) % max(n - batch, 1) for i in range(warmup + steps)]
+    starts = step_starts(n, batch, warmup + steps)
     for s in starts[:warmup]:
         tr.step(plan, s, min(batch, n), gen)
     _sync(env)
@@ -105,60 +110,56 @@ def timed_fit(tr: Trainer, out: Path) -> dict:
     }
 
 
+def build_trainer(point: dict, env: DistEnv, tmp: Path) -> Trainer:
+    """Our ``Trainer`` on ``point["data"]`` at ``point["precision"]`` (runtime configured)."""
+    precision = point["precision"]
+    configure(
+        env.device,
+        default_threads(env.local_world_size),
+        deterministic=False,
+        tf32=precision == "tf32",
+    )
+    data = load(point["data"], env.device)
+    cfg = TrainConfig(
+        batch_size=point["batch"],
+        micro_batch=point.get("micro_batch", 0),
+        epochs=point.get("epochs", 30),
+    )
+    opts = RunOptions(out=tmp, etl_dir=Path(point["data"]), amp=precision in ("bf16", "amp"))
+    return Trainer(data, cfg, env, opts)
+
+
+def _ours(point: dict, env: DistEnv, tmp: Path) -> dict:
+    """Our step at the point's precision: steps, sampling or a timed fit."""
+    tr = build_trainer(point, env, tmp)
+    if env.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(env.device)
+    if point["mode"] == "steps":
+        return time_steps(tr, point["warmup"], point["steps"])
+    if point["mode"] == "sampling":
+        return time_sampling(tr)
+    return timed_fit(tr, tmp)
+
+
+def _dle(point: dict, env: DistEnv) -> dict:
+    """DLE's own step: none of our runtime settings."""
+    torch.set_num_threads(default_threads(env.local_world_size))
+    data = load(point["data"], env.device)
+    mode = DLE_PRECISIONS[point["precision"]]
+    return time_dle_steps(data, point["batch"], point["warmup"], point["steps"], env.device, mode)
+
+
 def work(point: dict) -> int:
     """Run the measurement ``point`` describes (see bench/train.py)."""
-    precision = point["precision"]
     with process_group(point["device"]) as env, tempfile.TemporaryDirectory() as tmp:
-        if precision in DLE_PRECISIONS:  # DLE's own step: none of our runtime settings
-            torch.set_num_threads(default_threads(env.local_world_size))
-            data = load(point["data"], env.device)
-            res = time_dle_steps(
-                data,
-                point["batch"],
-                point["warmup"],
-                point["steps"],
-                env.device,
-                DLE_PRECISIONS[precision],
-            )
-            res.update(
-                device=str(env.device),
-                batch=point["batch"],
-                precision=precision,
-                world_size=env.world_size,
-            )
-            if env.device.type == "cuda":
-                res["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**30, 3)
-            if env.is_main:
-                Path(point["result"]).write_text(json.dumps(res))
-            return 0
-        configure(
-            env.device,
-            default_threads(env.local_world_size),
-            deterministic=False,
-            tf32=precision == "tf32",
-        )
-        data = load(point["data"], env.device)
-        cfg = TrainConfig(
-            batch_size=point["batch"],
-            micro_batch=point.get("micro_batch", 0),
-            epochs=point.get("epochs", 30),
-        )
-        opts = RunOptions(
-            out=Path(tmp), etl_dir=Path(point["data"]), amp=precision in ("bf16", "amp")
-        )
-        tr = Trainer(data, cfg, env, opts)
-        if env.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(env.device)
-        if point["mode"] == "steps":
-            res = time_steps(tr, point["warmup"], point["steps"])
-        elif point["mode"] == "sampling":
-            res = time_sampling(tr)
+        if point["precision"] in DLE_PRECISIONS:
+            res = _dle(point, env)
         else:
-            res = timed_fit(tr, Path(tmp))
+            res = _ours(point, env, Path(tmp))
         res.update(
             device=str(env.device),
             batch=point["batch"],
-            precision=precision,
+            precision=point["precision"],
             world_size=env.world_size,
         )
         if env.device.type == "cuda":

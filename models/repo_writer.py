@@ -1,8 +1,9 @@
 """Write exported artifacts into a Triton model repository: each version folder atomically.
 
 A version folder ``<repo>/<model>/1/`` is rebuilt beside itself (its committed ``*.py`` files
-carried over, the artifacts hard-linked from one staging copy, ``manifest.json`` last) and renamed
-into place (``ncf.atomic.atomic_dir``), so the server never sees new weights with an old manifest.
+carried over, the shared ``artifact_check.py`` copied beside a python ``model.py``, the artifacts
+hard-linked from one staging copy, ``manifest.json`` last) and renamed into place
+(``ncf.atomic.atomic_dir``), so the server never sees new weights with an old manifest.
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ def write_repository(
     """
     repo = Path(repo)
     repo.mkdir(parents=True, exist_ok=True)
-    ensure_definitions(repo, Path(template) if template else project_repo())
+    template = Path(template) if template else project_repo()
+    ensure_definitions(repo, template)
+    helper = template / names.PYTHON_MODEL_HELPER
+    helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
     staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=repo))
     try:
         files = {}
@@ -108,7 +112,7 @@ def write_repository(
         written = {}
         for model, wanted in MODEL_ARTIFACTS.items():
             written[model] = _write_version(
-                repo / model / VERSION, staging, wanted, files, model, manifest
+                repo / model / VERSION, staging, wanted, files, model, manifest, helper
             )
         return written
     finally:
@@ -116,7 +120,13 @@ def write_repository(
 
 
 def _write_version(
-    target: Path, staging: Path, wanted: tuple[str, ...], files: dict, model: str, manifest: dict
+    target: Path,
+    staging: Path,
+    wanted: tuple[str, ...],
+    files: dict,
+    model: str,
+    manifest: dict,
+    helper: Path,
 ) -> dict:
     model_manifest = {**manifest, "model": model, "artifacts": {f: files[f] for f in wanted}}
     with atomic.atomic_dir(target, overwrite=True) as tmp:
@@ -124,6 +134,8 @@ def _write_version(
         if target.is_dir():
             for py in target.glob("*.py"):  # the committed python model
                 shutil.copy2(py, tmp / py.name)
+        if (tmp / "model.py").is_file():  # always the current helper, never a stale copy
+            shutil.copy2(helper, tmp / helper.name)
         for name in wanted:
             _link_or_copy(staging / name, tmp / name)
         atomic.write_json(tmp / names.MANIFEST_FILE, model_manifest)

@@ -56,3 +56,5 @@ ARTIFACT_CATALOGUE = "catalogue.pt"  # TorchScript of models/catalogue.py
 ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend models
 ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
 MANIFEST_FILE = "manifest.json"
+# Committed once at the top of triton_repo/, copied by `ncf export` beside every python model.py.
+PYTHON_MODEL_HELPER = "artifact_check.py"

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from models import export, serving_tables
+from models import export, repo_writer, serving_tables
 from models.neumf import NeuMF, NeuMFConfig
 from models.repo_writer import MODEL_ARTIFACTS
 from ncf import names
@@ -63,6 +63,13 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
     diffs = common["checks"]["max_abs_diff"]
     assert set(diffs) == {"torchscript", "onnx", "catalogue"} and max(diffs.values()) <= 1e-5
     assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in
+    helper = repo_writer.project_repo() / names.PYTHON_MODEL_HELPER
+    with_model_py = {p.parent.parent.name for p in repo.glob("*/1/model.py")}
+    assert with_model_py == {
+        m for m in MODEL_ARTIFACTS if (helper.parent / m / "1" / "model.py").is_file()
+    }
+    for model in with_model_py:  # the one shared helper beside every python model
+        assert (repo / model / "1" / helper.name).read_bytes() == helper.read_bytes()
     assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
 
 

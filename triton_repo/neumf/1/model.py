@@ -9,43 +9,12 @@ Requests that dynamic batching groups are checked one by one (a bad request gets
 response), then the valid ones are scored in one forward pass.
 """
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-
-def verified_artifact(version_dir, manifest_name, artifact):
-    """Path of ``artifact`` after checking its sha256 against the manifest; raise otherwise."""
-    manifest_path = os.path.join(version_dir, manifest_name)
-    path = os.path.join(version_dir, artifact)
-    if not os.path.isfile(manifest_path):
-        raise pb_utils.TritonModelException(
-            f"{manifest_path} not found: run `ncf export` to write the artifacts and manifest"
-        )
-    with open(manifest_path, encoding="utf-8") as f:
-        expected = json.load(f).get("artifacts", {}).get(artifact, {}).get("sha256")
-    if expected is None:
-        raise pb_utils.TritonModelException(f"{manifest_path} lists no sha256 for {artifact}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise pb_utils.TritonModelException(
-            f"refusing to load {path}: sha256 {digest.hexdigest()} does not match {expected} in "
-            f"{manifest_path} (modified or partly written); re-run `ncf export`"
-        )
-    return path
-
-
-def num_ids(version_dir, manifest_name):
-    """(num_users, num_items) embedding rows from the manifest: valid ids are [0, n)."""
-    with open(os.path.join(version_dir, manifest_name), encoding="utf-8") as f:
-        ids = json.load(f)["ids"]
-    return int(ids["num_users"]), int(ids["num_items"])
+from artifact_check import manifest_ids, verified_artifact
 
 
 class TritonPythonModel:
@@ -61,7 +30,8 @@ class TritonPythonModel:
                 f"parameter runtime={runtime!r}: use 'torchscript' or 'onnx' in config.pbtxt"
             )
         path = verified_artifact(version_dir, params["manifest"], params[f"{runtime}_artifact"])
-        self.num_users, self.num_items = num_ids(version_dir, params["manifest"])
+        ids = manifest_ids(version_dir, params["manifest"])  # valid ids: [0, num_*)
+        self.num_users, self.num_items = int(ids["num_users"]), int(ids["num_items"])
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", 0))
         threads = int(params.get("num_threads", "0")) or min(8, len(os.sched_getaffinity(0)))

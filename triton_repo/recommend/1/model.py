@@ -8,36 +8,12 @@ in model-id order). ``vocab.npz`` (see the workflow model) maps ids both ways; `
 holds each user's rated items as CSR arrays (``indptr [num_users + 1]``, ``indices``) by model id.
 """
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-
-def verified_artifact(version_dir, manifest_name, artifact):
-    """Path of ``artifact`` after checking its sha256 against the manifest; raise otherwise."""
-    manifest_path = os.path.join(version_dir, manifest_name)
-    path = os.path.join(version_dir, artifact)
-    if not os.path.isfile(manifest_path):
-        raise pb_utils.TritonModelException(
-            f"{manifest_path} not found: run `ncf export` to write the artifacts and manifest"
-        )
-    with open(manifest_path, encoding="utf-8") as f:
-        expected = json.load(f).get("artifacts", {}).get(artifact, {}).get("sha256")
-    if expected is None:
-        raise pb_utils.TritonModelException(f"{manifest_path} lists no sha256 for {artifact}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise pb_utils.TritonModelException(
-            f"refusing to load {path}: sha256 {digest.hexdigest()} does not match {expected} in "
-            f"{manifest_path} (modified or partly written); re-run `ncf export`"
-        )
-    return path
+from artifact_check import manifest_ids, verified_artifact
 
 
 class TritonPythonModel:
@@ -49,8 +25,7 @@ class TritonPythonModel:
         self.scorer = p["scorer_model"]
         self.scorer_user, self.scorer_out = p["scorer_user_input"], p["scorer_output"]
         vdir = os.path.join(args["model_repository"], args["model_version"])
-        with open(os.path.join(vdir, p["manifest"]), encoding="utf-8") as f:
-            lo, hi = json.load(f)["ids"]["item_id_range"]
+        lo, hi = manifest_ids(vdir, p["manifest"])["item_id_range"]
         self.candidates = np.arange(lo, hi, dtype=np.int64)  # [C] item model ids, the catalogue
         with np.load(verified_artifact(vdir, p["manifest"], p["vocab_artifact"])) as z:
             self.user_raw, self.user_code = z["user_raw"], z["user_code"]  # sorted raw, codes

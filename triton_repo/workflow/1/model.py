@@ -10,36 +10,12 @@ outputs user id, item id (INT64 ``[B, 1]``) and known (BOOL ``[B, 1]``, false wh
 not in the vocabulary; such ids get the out-of-vocabulary code, as ``Workflow.transform`` gives).
 """
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-
-def verified_artifact(version_dir, manifest_name, artifact):
-    """Path of ``artifact`` after checking its sha256 against the manifest; raise otherwise."""
-    manifest_path = os.path.join(version_dir, manifest_name)
-    path = os.path.join(version_dir, artifact)
-    if not os.path.isfile(manifest_path):
-        raise pb_utils.TritonModelException(
-            f"{manifest_path} not found: run `ncf export` to write the artifacts and manifest"
-        )
-    with open(manifest_path, encoding="utf-8") as f:
-        expected = json.load(f).get("artifacts", {}).get(artifact, {}).get("sha256")
-    if expected is None:
-        raise pb_utils.TritonModelException(f"{manifest_path} lists no sha256 for {artifact}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise pb_utils.TritonModelException(
-            f"refusing to load {path}: sha256 {digest.hexdigest()} does not match {expected} in "
-            f"{manifest_path} (modified or partly written); re-run `ncf export`"
-        )
-    return path
+from artifact_check import verified_artifact
 
 
 class Vocabulary:

@@ -1,0 +1,47 @@
+"""Shared by the python-backend models: read the export manifest, verify an artifact's sha256.
+
+The one source of this code: ``ncf export`` copies it into each python model's version folder
+(beside ``model.py``, which imports it as ``artifact_check``; the python backend puts that folder
+on ``sys.path``). Triton ignores files at the top of a model repository.
+"""
+
+import hashlib
+import json
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+def manifest_ids(version_dir, manifest_name):
+    """The manifest's ``ids`` (num_users, num_items, user_id_range, item_id_range)."""
+    path = os.path.join(version_dir, manifest_name)
+    if not os.path.isfile(path):
+        raise pb_utils.TritonModelException(
+            f"{path} not found: run `ncf export` to write the artifacts and manifest"
+        )
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["ids"]
+
+
+def verified_artifact(version_dir, manifest_name, artifact):
+    """Path of ``artifact`` after checking its sha256 against the manifest; raise otherwise."""
+    manifest_path = os.path.join(version_dir, manifest_name)
+    path = os.path.join(version_dir, artifact)
+    if not os.path.isfile(manifest_path):
+        raise pb_utils.TritonModelException(
+            f"{manifest_path} not found: run `ncf export` to write the artifacts and manifest"
+        )
+    with open(manifest_path, encoding="utf-8") as f:
+        expected = json.load(f).get("artifacts", {}).get(artifact, {}).get("sha256")
+    if expected is None:
+        raise pb_utils.TritonModelException(f"{manifest_path} lists no sha256 for {artifact}")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise pb_utils.TritonModelException(
+            f"refusing to load {path}: sha256 {digest.hexdigest()} does not match {expected} in "
+            f"{manifest_path} (modified or partly written); re-run `ncf export`"
+        )
+    return path
