@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from bench.common import RESULTS_DIR, write_results
+from models import checkpoint
 from models.neumf import NeuMF, NeuMFConfig
-from models.served import ServingNeuMF, load_checkpoint
 from ncf import names
+from serving.served import ServingNeuMF
 
 BATCH_SIZES = (1, 64, 1024, 16384, 262144, 1048576)
 BACKENDS = ("eager", "torchscript", "onnx")
@@ -92,7 +93,7 @@ def load_model(args: argparse.Namespace) -> tuple[NeuMF, str]:
         return NeuMF(
             cfg
         ).eval(), f"random init ({args.num_users:,} users x {args.num_items:,} items)"
-    model, _ = load_checkpoint(args.checkpoint)
+    model, _ = checkpoint.load_model(args.checkpoint)
     return model, str(args.checkpoint)
 
 

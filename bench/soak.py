@@ -1,6 +1,6 @@
 """``ncf bench soak``: a server under a bounded mixed load (valid and invalid requests).
 
-Starts its own tritonserver on loopback, runs ``ncf.triton_load.run_load`` (by default 60 s at
+Starts its own tritonserver on loopback, runs ``serving.load.run_load`` (by default 60 s at
 concurrency 16, a quarter of the requests invalid: unknown ids, wrong dtypes, oversized batches)
 and records: failed valid requests (must be 0), invalid requests accepted (must be 0), server RSS
 after warm-up vs at the end (within 10%), and whether the server still answers afterwards.
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from bench.common import RESULTS_DIR, write_results
-from ncf.triton_load import run_load
-from ncf.triton_server import TritonServer
+from serving.load import run_load
+from serving.server import TritonServer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

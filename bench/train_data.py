@@ -1,7 +1,7 @@
 """Training benchmark data: an ETL output directory, or ``ncf synth`` data split in memory.
 
 The synthetic path needs only numpy and torch (it runs on the GPU box, which has no NVTabular):
-``ncf.synth.generate`` (ML-20m-like, planted structure), item ids made contiguous, each user's
+``datasets.synth.generate`` (ML-20m-like, planted structure), item ids made contiguous, each user's
 latest rating held out, and 100 evaluation negatives per user drawn uniformly among the items the
 user never rated (with replacement across the 100, as DLE). Cached as .npz under ``work/``.
 """
@@ -57,8 +57,8 @@ def synthetic(
     path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}.npz"
     if path.exists():
         return path
+    from datasets.synth import SynthConfig, generate
     from ncf.atomic import write_bytes
-    from ncf.synth import SynthConfig, generate
 
     arrays = _split(generate(SynthConfig(scale=scale, seed=seed)), eval_negatives, seed)
     arrays = {k: (v.astype(np.int32) if k in _KEYS else v) for k, v in arrays.items()}

@@ -1,6 +1,6 @@
 """``ncf bench triton``: throughput and latency of the served models on a real tritonserver.
 
-The bench starts its own server on loopback ports (``ncf.triton_server.TritonServer``) on an
+The bench starts its own server on loopback ports (``serving.server.TritonServer``) on an
 exported repository and loads ``neumf`` (model ids), ``ncf`` (the ensemble: raw ids -> workflow ->
 neumf) and ``recommend`` (top-K for one raw userId). For each model x protocol (HTTP, gRPC) x batch
 (1, 1024; ``recommend`` is one user per request) x concurrency (1, 4, 8, 16) it reports throughput
@@ -35,7 +35,7 @@ import numpy as np
 
 from bench.common import RESULTS_DIR, write_results
 from ncf import names
-from ncf.triton_server import COMPOSING_MODELS
+from serving.server import COMPOSING_MODELS
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
 Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
@@ -483,7 +483,7 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> int:
-    from ncf.triton_server import TritonServer
+    from serving.server import TritonServer
 
     _validate(args)
     use_pa = args.generator == "perf_analyzer" or (

@@ -8,17 +8,21 @@ so at every moment each checkpoint on disk matches a digest listed for it.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
+import pickle
+import re
 import threading
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from models.neumf import NeuMF, NeuMFConfig
 from ncf.atomic import write_bytes, write_json
+from ncf.digest import sha256_bytes, sha256_file
 
 MANIFEST = "checkpoints.json"
 BEST = "best.pt"
@@ -39,7 +43,7 @@ def save(path: str | Path, state: dict[str, Any]) -> str:
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getbuffer()
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_bytes(data)
     manifest = read_manifest(path.parent)
     old = manifest.get(path.name, {})
     # Phase 1: whatever file is on disk now (listed before) or the new one verifies.
@@ -56,14 +60,6 @@ def save(path: str | Path, state: dict[str, Any]) -> str:
     }
     write_json(path.parent / MANIFEST, manifest)
     return digest
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify(path: str | Path) -> str:
@@ -92,7 +88,25 @@ def verify(path: str | Path) -> str:
 def load(
     path: str | Path, map_location: str | torch.device = "cpu", check: bool = True
 ) -> dict[str, Any]:
-    """Load a checkpoint with ``torch.load(weights_only=True)`` (after verifying it if ``check``)."""
+    """Load a checkpoint with ``torch.load(weights_only=True)``, verified against its manifest.
+
+    Parameters
+    ----------
+    path
+        ``RUN/best.pt`` or ``RUN/last.pt`` of ``ncf train``.
+    map_location
+        Where the tensors go.
+    check
+        Verify the sha256 against ``checkpoints.json`` when one sits beside the file.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        One line naming the file, what is wrong with it and the fix: a digest mismatch, a truncated
+        or non-torch file, pickled objects that ``weights_only`` loading refuses, missing entries.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -100,11 +114,59 @@ def load(
         )
     if check and (path.parent / MANIFEST).exists():
         verify(path)
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a cut file has no directory
+        raise ValueError(
+            f"{path}: not a readable torch checkpoint, truncated or corrupt (no zip directory at "
+            "its end); re-run `ncf train` or restore the file"
+        )
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only refuses code objects and callables
+        found = re.search(r"GLOBAL [\w.]+", str(exc))  # the refused object, where torch names it
+        what = f" ({found.group(0)})" if found else ""
+        raise ValueError(
+            f"{path}: holds pickled objects other than tensors and plain containers{what}, which "
+            "are not loaded for safety; use a checkpoint written by `ncf train`"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:  # zip/stream errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{path}: not a readable torch checkpoint, truncated or corrupt ({first[:160]}); "
+            "re-run `ncf train` or restore the file"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"{path}: holds a {type(state).__name__}, not a checkpoint dict; use RUN/{BEST} of "
+            "`ncf train`"
+        )
     for key in ("model", "config", "epoch"):
         if key not in state:
             raise ValueError(f"{path}: no {key!r} entry; not an `ncf train` checkpoint")
     return state
+
+
+def load_model(
+    path: str | Path, map_location: str | torch.device = "cpu", check: bool = True
+) -> tuple[NeuMF, dict[str, Any]]:
+    """The NeuMF a checkpoint describes, its weights loaded, in eval mode; and the checkpoint.
+
+    Raises the errors of ``load``, and ``ValueError`` if the weights do not fit the config.
+    """
+    state = load(path, map_location, check)
+    weights = dict(state["model"])
+    for prefix in ("module.", "_orig_mod."):  # DDP- or torch.compile-wrapped state dicts
+        if weights and all(k.startswith(prefix) for k in weights):
+            weights = {k[len(prefix) :]: v for k, v in weights.items()}
+    try:
+        model = NeuMF(NeuMFConfig(**state["config"]))
+        model.load_state_dict(weights)
+    except (TypeError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ValueError(
+            f"{path}: weights do not match its config {state['config']} ({first[:160]}); "
+            "use a checkpoint written by `ncf train`"
+        ) from None
+    return model.to(map_location).eval(), state
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -6,7 +6,6 @@ Ids are stored as int32 (half the memory of int64; ``nn.Embedding`` takes int32 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -17,8 +16,15 @@ import pyarrow.parquet as pq
 import torch
 
 from ncf import names
+from ncf.digest import sha256_bytes
 
-REQUIRED_KEYS = ("num_users", "num_items", "item_id_range", "negatives_per_user")
+REQUIRED_KEYS = (
+    "num_users",
+    "num_items",
+    "user_id_range",
+    "item_id_range",
+    "negatives_per_user",
+)
 
 
 @dataclass
@@ -70,12 +76,15 @@ def read_metadata(etl_dir: str | Path) -> tuple[dict, str]:
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}; regenerate it with `ncf etl`")
-    lo, hi = (int(x) for x in meta["item_id_range"])
-    if not 0 <= lo < hi <= int(meta["num_items"]):
-        raise ValueError(
-            f"{path}: item_id_range {meta['item_id_range']} is not inside [0, num_items={meta['num_items']}]"
-        )
-    return meta, hashlib.sha256(raw).hexdigest()
+    for kind in ("user", "item"):
+        lo, hi = (int(x) for x in meta[f"{kind}_id_range"])
+        n = int(meta[f"num_{kind}s"])
+        if not 0 <= lo < hi <= n:
+            raise ValueError(
+                f"{path}: {kind}_id_range {[lo, hi]} is not inside [0, num_{kind}s={n}]; "
+                "regenerate it with `ncf etl`"
+            )
+    return meta, sha256_bytes(raw)
 
 
 def _natural_key(path: Path) -> list:

@@ -18,7 +18,6 @@ from models.data import EtlData, load_etl
 from models.distributed import DistEnv, all_reduce_sum, process_group
 from models.epoch import shard_bounds
 from models.metrics import hit_ndcg, item_popularity, itempop_hit_ndcg
-from models.neumf import NeuMF, NeuMFConfig
 from models.runtime import configure, default_threads
 from ncf.atomic import write_json
 
@@ -86,13 +85,6 @@ def evaluate_itempop(data: EtlData, k: int = 10) -> dict[str, float]:
     }
 
 
-def model_from_checkpoint(state: dict, device: torch.device) -> NeuMF:
-    """Build the NeuMF a checkpoint describes and load its weights."""
-    model = NeuMF(NeuMFConfig(**state["config"]))
-    model.load_state_dict(state["model"])
-    return model.to(device).eval()
-
-
 def check_compatible(state: dict, data: EtlData, where: Path) -> None:
     """Raise if the checkpoint's embedding sizes do not fit the split; warn if it came from other data."""
     cfg = state["config"]
@@ -145,9 +137,8 @@ def run(args: argparse.Namespace) -> int:
             env.device, args.threads or default_threads(env.local_world_size), deterministic=False
         )
         data = load_etl(args.data, env.device)
-        state = checkpoint.load(args.checkpoint, map_location=env.device)
+        model, state = checkpoint.load_model(args.checkpoint, map_location=env.device)
         check_compatible(state, data, args.checkpoint)
-        model = model_from_checkpoint(state, env.device)
         res = evaluate_model(model, data, env, args.topk, args.eval_batch_size, args.amp)
         pop = evaluate_itempop(data, args.topk)
         k = args.topk

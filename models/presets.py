@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass, field, fields
 
+from models.neumf import NeuMFConfig
+from models.sampling import SAMPLING_MODES
+
 
 @dataclass
 class TrainConfig:
@@ -22,19 +25,26 @@ class TrainConfig:
     beta1: float = 0.25
     beta2: float = 0.5
     eps: float = 1e-8
+    # NeuMF's own hyperparameters, under NeuMFConfig's names (``model_config`` builds it).
     factors: int = 64
-    layers: list[int] = field(default_factory=lambda: [256, 256, 128, 64])
+    mlp_layers: list[int] = field(default_factory=lambda: [256, 256, 128, 64])
     dropout: float = 0.5
     topk: int = 10
     threshold: float = 1.0  # stop once HR@topk >= threshold (1.0 never stops early, as DLE)
     grad_accumulation: int = 1  # micro-batches per optimizer step (DLE --grads_accumulated)
     micro_batch: int = 0  # largest micro-batch per rank; 0 = auto (48Ki on CPU, none on CUDA)
-    negative_sampling: str = "exact"
+    negative_sampling: str = "exact"  # one of models.sampling.SAMPLING_MODES
     seed: int = 1
 
     def to_dict(self) -> dict:
         """Plain dict (ints, floats, strs, lists) safe for ``torch.load(weights_only=True)``."""
         return asdict(self)
+
+    def model_config(self, num_users: int, num_items: int) -> NeuMFConfig:
+        """The NeuMF these settings describe, for embedding tables of the given sizes."""
+        model_fields = {f.name for f in fields(NeuMFConfig)} - {"num_users", "num_items"}
+        values = {k: v for k, v in self.to_dict().items() if k in model_fields}
+        return NeuMFConfig(num_users=num_users, num_items=num_items, **values)
 
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value."""
@@ -57,9 +67,9 @@ class TrainConfig:
             raise ValueError(
                 f"Adam lr={self.lr} betas=({self.beta1}, {self.beta2}) eps={self.eps}: need lr>0, 0<=beta<1, eps>0"
             )
-        if self.negative_sampling not in ("exact", "approximate"):
+        if self.negative_sampling not in SAMPLING_MODES:
             raise ValueError(
-                f"--negative-sampling {self.negative_sampling!r}: use exact or approximate"
+                f"--negative-sampling {self.negative_sampling!r}: use one of {SAMPLING_MODES}"
             )
 
 
@@ -124,6 +134,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--factors", type=int, help=f"GMF embedding width (dle: {d.factors})")
     p.add_argument(
         "--layers",
+        dest="mlp_layers",
         type=int,
         nargs="+",
         help="MLP widths, first = user+item MLP embedding (dle: 256 256 128 64)",
@@ -142,7 +153,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--negative-sampling",
-        choices=("exact", "approximate"),
+        choices=SAMPLING_MODES,
         help="training negatives: exact "
         "(never a known positive; default) or approximate (DLE's uniform draw)",
     )

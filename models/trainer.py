@@ -24,7 +24,7 @@ from models.distributed import DistEnv, all_reduce_sum
 from models.dropout import bits_supported, draw_keep_bits
 from models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
 from models.evaluate import evaluate_model
-from models.neumf import NeuMF, NeuMFConfig
+from models.neumf import NeuMF
 from models.presets import TrainConfig
 from models.runtime import keep_freed_memory
 from models.sampling import PositiveSet, check_sampleable
@@ -66,10 +66,7 @@ class Trainer:
         self.data, self.cfg, self.env, self.opts = data, cfg, env, opts
         self.device = env.device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
-        mcfg = NeuMFConfig(
-            data.num_users, data.num_items, cfg.factors, list(cfg.layers), cfg.dropout
-        )
-        self.model = NeuMF(mcfg).to(self.device)
+        self.model = NeuMF(cfg.model_config(data.num_users, data.num_items)).to(self.device)
         self.net = self.model
         if env.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None

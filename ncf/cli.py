@@ -17,15 +17,21 @@ from collections.abc import Sequence
 # subcommand -> (module, one-line help). Order is the pipeline's order.
 STAGES: dict[str, tuple[str, str]] = {
     "download": (
-        "ncf.download",
+        "datasets.download",
         "fetch and verify an official MovieLens archive (ml-20m, ml-1m, ...)",
     ),
-    "synth": ("ncf.synth", "write an ML-20m-like synthetic ratings.csv with planted structure"),
+    "synth": (
+        "datasets.synth",
+        "write an ML-20m-like synthetic ratings.csv with planted structure",
+    ),
     "etl": ("workflows.cli", "NVTabular ETL: ids, leave-one-out split, exact eval negatives"),
     "train": ("models.train", "train NeuMF (DLE defaults; torchrun for DDP; --amp)"),
     "evaluate": ("models.evaluate", "HR@10/NDCG@10 of a checkpoint and of the ItemPop baseline"),
-    "export": ("models.export", "export a checkpoint to TorchScript + ONNX in a Triton repository"),
-    "serve": ("ncf.serve", "run a real tritonserver on the model repository (127.0.0.1)"),
+    "export": (
+        "serving.export",
+        "export a checkpoint to TorchScript + ONNX in a Triton repository",
+    ),
+    "serve": ("serving.serve", "run a real tritonserver on the model repository (127.0.0.1)"),
     "bench": ("bench.cli", "benchmarks: inference, triton, etl, train"),
     "run": (
         "ncf.pipeline",

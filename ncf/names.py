@@ -52,7 +52,7 @@ OFFICIAL_BACKEND_MODELS = (MODEL_NEUMF_LIBTORCH, MODEL_NEUMF_ONNX, MODEL_CATALOG
 # Export artifacts (written into triton_repo/<model>/1/ by `ncf export`, never committed).
 ARTIFACT_TORCHSCRIPT = "model.pt"
 ARTIFACT_ONNX = "model.onnx"
-ARTIFACT_CATALOGUE = "catalogue.pt"  # TorchScript of models/catalogue.py
+ARTIFACT_CATALOGUE = "catalogue.pt"  # TorchScript of serving/catalogue.py
 ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend models
 ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
 MANIFEST_FILE = "manifest.json"

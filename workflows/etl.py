@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ncf.atomic import atomic_dir, clean_stale, write_json
+from ncf.digest import sha256_file
 from ncf.names import METADATA_FILE, WORKFLOW_DIR
 from workflows import metadata as md
 from workflows.backend import dense_codes
@@ -105,7 +106,7 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
         return reused
     with ThreadPoolExecutor(2) as pool:
         # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
-        sha = pool.submit(md.sha256_file, opts.input) if opts.input.is_file() else None
+        sha = pool.submit(sha256_file, opts.input) if opts.input.is_file() else None
         if opts.engine == "nvtabular":
             pool.submit(_import_workflow_module)
         with timed("read"):
@@ -255,7 +256,7 @@ def _reuse(opts: EtlOptions) -> dict[str, Any] | None:
     """The existing metadata if ``out`` can be reused; raise if it exists but differs (no --force)."""
     if not opts.out.exists() or not opts.input.is_file():
         return None
-    wanted = md.fingerprint(dataclasses.asdict(opts), md.sha256_file(opts.input))
+    wanted = md.fingerprint(dataclasses.asdict(opts), sha256_file(opts.input))
     existing = md.read_metadata(opts.out)
     differences = md.reuse_differences(existing, wanted)
     if not differences and not opts.force:

@@ -11,7 +11,7 @@ import torch
 
 from bench import inference
 from models.neumf import NeuMF, NeuMFConfig
-from models.served import ServingNeuMF
+from serving.served import ServingNeuMF
 
 
 def test_summarize_hand_computed() -> None:
@@ -116,13 +116,13 @@ def test_bench_writes_results_for_a_checkpoint(tiny: NeuMF, tmp_path: Path) -> N
 
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
     assert inference.main(["--checkpoint", str(tmp_path / "none.pt")]) == 2
-    assert "none.pt not found" in capsys.readouterr().err
+    assert "none.pt: no such checkpoint" in capsys.readouterr().err
     assert inference.main(["--batch-sizes", "0", "--results-dir", str(tmp_path)]) == 2
     assert "--batch-sizes [0]" in capsys.readouterr().err
     bad = tmp_path / "bad.pt"
     torch.save({"weights": 1}, bad)
     assert inference.main(["--checkpoint", str(bad)]) == 2
-    assert "expected a dict with 'model' and 'config'" in capsys.readouterr().err
+    assert "bad.pt: no 'model' entry" in capsys.readouterr().err
 
 
 @pytest.mark.cuda

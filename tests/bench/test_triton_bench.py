@@ -16,7 +16,7 @@ pytest.importorskip("nvtabular")  # the repository fixture fits a real NVTabular
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from models.export import export_repository
+    from serving.export import export_repository
     from tests.triton_repo import etl_fixture
 
     root = tmp_path_factory.mktemp("bench-triton")

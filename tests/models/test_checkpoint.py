@@ -73,3 +73,59 @@ def test_rng_state_round_trip():
     a = torch.rand(3)
     checkpoint.set_rng_state(state, torch.device("cpu"))
     assert torch.equal(torch.rand(3), a)
+
+
+def _truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _callable(path: Path) -> None:
+    torch.save({**_state(1), "hook": print}, path)  # a pickled callable: refused by weights_only
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"not a checkpoint")
+
+
+def _a_list(path: Path) -> None:
+    torch.save([1, 2], path)
+
+
+def _wrong_shapes(path: Path) -> None:
+    state = _state(1)
+    state["config"]["factors"] = 5
+    torch.save(state, path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "match"),
+    [
+        (_truncated, "truncated or corrupt"),
+        (_garbage, "truncated or corrupt"),
+        (_callable, "pickled objects other than tensors"),
+        (_a_list, "holds a list, not a checkpoint dict"),
+        (_wrong_shapes, "weights do not match its config"),
+    ],
+)
+def test_every_bad_file_is_one_line_naming_it(tmp_path: Path, damage, match):
+    path = tmp_path / "best.pt"
+    torch.save(_state(1), path)  # no manifest beside it: the loader itself must catch each case
+    damage(path)
+    with pytest.raises(ValueError, match=match) as info:
+        checkpoint.load_model(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+
+
+def test_load_model_strips_ddp_prefixes_and_checks_the_manifest(tmp_path: Path):
+    state = _state(2)
+    state["model"] = {f"module.{k}": v for k, v in state["model"].items()}
+    path = tmp_path / checkpoint.BEST
+    checkpoint.save(path, state)
+    model, loaded = checkpoint.load_model(path)
+    assert loaded["epoch"] == 2 and not model.training
+    assert torch.equal(model.final.weight, _state(2)["model"]["final.weight"])
+    checkpoint.save(tmp_path / "other.pt", _state(3))
+    (tmp_path / "other.pt").replace(path)  # a valid file, but not the one the manifest lists
+    with pytest.raises(ValueError, match="does not match checkpoints.json"):
+        checkpoint.load_model(path)

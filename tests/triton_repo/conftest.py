@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from models.export import ServingNeuMF, export_repository, load_checkpoint
-from ncf.triton_server import TritonServer
+from models.checkpoint import load_model
+from serving.export import ServingNeuMF, export_repository
+from serving.server import TritonServer
 from tests.triton_repo import etl_fixture
 
 
@@ -38,7 +39,7 @@ def repo(checkpoint: Path, etl_dir: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def eager(checkpoint: Path) -> ServingNeuMF:
     """The checkpoint's network in eager PyTorch, as served ([B, 1] ids -> [B, 1] probability)."""
-    model, _ = load_checkpoint(checkpoint)
+    model, _ = load_model(checkpoint)
     return ServingNeuMF(model).eval()
 
 

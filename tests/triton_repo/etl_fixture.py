@@ -105,6 +105,7 @@ def make_etl_dir(out: Path, ratings: Path | pd.DataFrame = RATINGS) -> Path:
         "item_id_range": [RESERVED, int(cards[names.RAW_ITEM])],
         "n_users": int(df[names.RAW_USER].nunique()),
         "n_items": int(df[names.RAW_ITEM].nunique()),
+        "negatives_per_user": 0,  # serving reads no negatives
         "vocab": {
             "user": f"{names.WORKFLOW_DIR}/categories/unique.{names.RAW_USER}.parquet",
             "item": f"{names.WORKFLOW_DIR}/categories/unique.{names.RAW_ITEM}.parquet",

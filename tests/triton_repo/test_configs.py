@@ -9,8 +9,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from models.repo_writer import MODEL_ARTIFACTS, project_repo
 from ncf import names
+from serving.repository import MODEL_ARTIFACTS, project_repo
 
 REPO = project_repo()
 ALL_MODELS = sorted(MODEL_ARTIFACTS)
@@ -216,9 +216,9 @@ def test_python_models_import_only_what_the_architecture_allows(path):
 
 
 def test_composing_models_match_the_configs():
-    """ncf.triton_server.COMPOSING_MODELS (what must be loaded beside a model) is what the CPU
+    """serving.server.COMPOSING_MODELS (what must be loaded beside a model) is what the CPU
     configs call: ensemble steps and BLS scorers."""
-    from ncf.triton_server import COMPOSING_MODELS
+    from serving.server import COMPOSING_MODELS
 
     calls = {}
     for model in ALL_MODELS:

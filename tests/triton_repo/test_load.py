@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncf.triton_load import run_load
+from serving.load import run_load
 
 pytestmark = pytest.mark.triton
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ncf import names
-from ncf.triton_server import TritonServer
+from serving.server import TritonServer
 from tests.triton_repo.clients import infer
 
 pytestmark = pytest.mark.triton

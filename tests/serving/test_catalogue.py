@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.catalogue import CatalogueNeuMF
 from models.neumf import NeuMF, NeuMFConfig
-from models.served import ServingNeuMF
+from serving.catalogue import CatalogueNeuMF
+from serving.served import ServingNeuMF
 
 
 @pytest.mark.parametrize(

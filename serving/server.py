@@ -1,7 +1,7 @@
 """Start and stop a real ``tritonserver`` on the model repository (the binary bundled in PyTriton).
 
 The server runs in its own process group on loopback ports (environment and backend folder from
-``ncf.triton_env``); ``start()`` waits until every requested model is ready and ``stop()`` ends
+``serving.triton_env``); ``start()`` waits until every requested model is ready and ``stop()`` ends
 the whole group (server + python stubs): SIGTERM, wait, then SIGKILL.
 
 Used by ``ncf serve``, the tests and the Triton benchmark::
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ncf import names
-from ncf.triton_env import (
+from serving.triton_env import (
     LOOPBACK,
     backend_dir,
     check_stub_numpy,
@@ -32,23 +32,32 @@ from ncf.triton_env import (
     server_env,
 )
 
+# Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt; a test
+# checks this against the configs.
+COMPOSING_MODELS = {
+    names.MODEL_ENSEMBLE: (names.MODEL_WORKFLOW, names.MODEL_NEUMF),
+    names.MODEL_RECOMMEND: (names.MODEL_CATALOGUE,),
+}
+
 
 def exported_models(repo: str | os.PathLike) -> list[str]:
     """The CPU-servable models of ``repo`` that ``ncf export`` has filled (manifest present).
 
-    The ensemble counts as exported when every model it needs is.
+    A model without a version folder of its own (the ensemble) counts as exported when every model
+    it composes (``COMPOSING_MODELS``) is.
     """
     repo = Path(repo)
     ready = [
         m
         for m in names.CPU_MODELS
-        if m != names.MODEL_ENSEMBLE
+        if m != names.MODEL_ENSEMBLE  # an ensemble is ready exactly when its steps are
         and (repo / m / "config.pbtxt").is_file()
         and (repo / m / "1" / names.MANIFEST_FILE).is_file()
     ]
-    steps = {names.MODEL_WORKFLOW, names.MODEL_NEUMF}
-    if (repo / names.MODEL_ENSEMBLE / "config.pbtxt").is_file() and steps <= set(ready):
-        ready.append(names.MODEL_ENSEMBLE)
+    for model, needs in COMPOSING_MODELS.items():
+        composed = model in names.CPU_MODELS and (repo / model / "config.pbtxt").is_file()
+        if composed and model not in ready and set(needs) <= set(ready):
+            ready.append(model)
     return ready
 
 
@@ -290,14 +299,6 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-# Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt; a test
-# checks this against the configs.
-COMPOSING_MODELS = {
-    names.MODEL_ENSEMBLE: (names.MODEL_WORKFLOW, names.MODEL_NEUMF),
-    names.MODEL_RECOMMEND: (names.MODEL_CATALOGUE,),
-}
 
 
 def _check_dependencies(models: Sequence[str]) -> None:

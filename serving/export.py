@@ -3,11 +3,11 @@
 The served network takes ``user_id [B, 1]`` and ``item_id [B, 1]`` (int64 model ids) and returns
 the probability ``score [B, 1]`` (fp32, sigmoid of NeuMF's logit). Both artifacts are loaded back
 and compared with eager PyTorch on random valid ids before anything is written, as is the
-whole-catalogue scorer of ``recommend`` (``models/catalogue.py``); the repository's
+whole-catalogue scorer of ``recommend`` (``serving/catalogue.py``); the repository's
 version folders are then replaced atomically, each with a ``manifest.json`` (sha256 of every
 artifact, id ranges, the source checkpoint and ETL, the check results). The vocabularies of the
 saved NVTabular Workflow and the users' rated items are exported for the ``workflow`` and
-``recommend`` models (``models/serving_tables.py``).
+``recommend`` models (``serving/tables.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from models import repo_writer, serving_tables
-from models.catalogue import CatalogueNeuMF
+from models.checkpoint import load_model
+from models.data import read_metadata
 from models.neumf import NeuMF
-from models.served import ServingNeuMF, load_checkpoint
 from ncf import names
+from ncf.digest import sha256_file
+from serving import repository, tables
+from serving.catalogue import CatalogueNeuMF
+from serving.served import ServingNeuMF
 
 
 def random_ids(meta: dict, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,10 +189,6 @@ def check_catalogue(wrapper: ServingNeuMF, cat_bytes: bytes, meta: dict, users: 
     return diff
 
 
-def _file_sha256(path: Path) -> str:
-    return repo_writer.sha256_file(path)
-
-
 def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: bool) -> None:
     cfg = model.cfg
     if (cfg.num_users, cfg.num_items) != (meta["num_users"], meta["num_items"]):
@@ -199,7 +198,7 @@ def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: b
             f"--data the ETL directory the checkpoint was trained on ({ckpt.get('data', {}).get('etl_dir')})"
         )
     want = (ckpt.get("data") or {}).get("metadata_sha256")
-    have = _file_sha256(data / names.METADATA_FILE)
+    have = sha256_file(data / names.METADATA_FILE)
     if want and want != have and not force:
         raise ValueError(
             f"{data / names.METADATA_FILE} sha256 {have[:12]}.. differs from the one the checkpoint "
@@ -234,8 +233,8 @@ def export_repository(
     """
     t0 = time.perf_counter()
     data = Path(data)
-    model, ckpt = load_checkpoint(checkpoint)
-    meta = serving_tables.read_metadata(data)
+    model, ckpt = load_model(checkpoint)
+    meta, _ = read_metadata(data)
     _check_data_match(ckpt, model, meta, data, ignore_data_hash)
     wrapper = ServingNeuMF(model).eval()
     example = random_ids(meta, 8, seed)
@@ -257,13 +256,13 @@ def export_repository(
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
         names.ARTIFACT_CATALOGUE: cat_bytes,
-        names.ARTIFACT_VOCAB: _npz(serving_tables.vocab_tables(data, meta)),
-        names.ARTIFACT_SEEN: _npz(serving_tables.seen_tables(data, meta)),
+        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
+        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
     }
     checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}
     checks["onnx_exporter"] = exporter
     manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
-    repo_writer.write_repository(repo, artifacts, manifest, template)
+    repository.write_repository(repo, artifacts, manifest, template)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     manifest["artifact_bytes"] = {k: len(v) for k, v in artifacts.items()}
     return manifest
@@ -278,12 +277,12 @@ def _manifest(
         "ids": {k: meta[k] for k in ("num_users", "num_items", "user_id_range", "item_id_range")},
         "source": {
             "checkpoint": str(checkpoint.resolve()),
-            "checkpoint_sha256": _file_sha256(checkpoint),
+            "checkpoint_sha256": sha256_file(checkpoint),
             "epoch": ckpt.get("epoch"),
             "metrics": ckpt.get("metrics"),
             "model_config": model.cfg.to_dict(),
             "etl_dir": str(data.resolve()),
-            "metadata_sha256": _file_sha256(data / names.METADATA_FILE),
+            "metadata_sha256": sha256_file(data / names.METADATA_FILE),
         },
         "checks": checks,
         "versions": {
@@ -350,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
     )
     summary = {
         "repo": str(Path(args.repo).resolve()),
-        "models": list(repo_writer.MODEL_ARTIFACTS),
+        "models": list(repository.MODEL_ARTIFACTS),
         "max_abs_diff": manifest["checks"]["max_abs_diff"],
         "artifact_bytes": manifest["artifact_bytes"],
         "seconds": manifest["seconds"],

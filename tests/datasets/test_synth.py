@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ncf import cli, names
-from ncf.synth import (
+from datasets.synth import (
     MIN_USER_RATINGS,
     RATING_COUNTS,
     RATING_VALUES,
@@ -23,6 +22,7 @@ from ncf.synth import (
     sizes,
     timestamps,
 )
+from ncf import cli, names
 
 SCALE = 0.002  # 277 users, 1,000 items, 40,001 ratings: well under a second
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from datasets.download import ARCHIVES, Archive, download, extract, fetch, verify_file
 from ncf import cli
-from ncf.download import ARCHIVES, Archive, download, extract, fetch, verify_file
 
 RATINGS = "userId,movieId,rating,timestamp\n1,10,4.0,964982703\n2,20,3.5,964981247\n"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ncf import names
-from ncf.triton_server import server_rss_bytes
+from serving.server import server_rss_bytes
 
 
 @dataclass

@@ -13,44 +13,17 @@ against ``Workflow.transform`` on the same ids.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
+from models.data import check_range, read_pairs
 from ncf import names
 
 # Categorify's code for values not seen at fit time (nvtabular.ops.categorify.OOV_OFFSET).
 CATEGORIFY_OOV = 2
-_REQUIRED_META = ("num_users", "num_items", "user_id_range", "item_id_range")
-
-
-def read_metadata(etl_dir: str | os.PathLike) -> dict:
-    """The ETL's ``metadata.json``, checked for the keys serving relies on.
-
-    Raises
-    ------
-    FileNotFoundError, ValueError
-        Missing file or keys, or ranges outside ``[0, num_*)``.
-    """
-    path = Path(etl_dir) / names.METADATA_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: pass --data the output directory of `ncf etl`")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    missing = [k for k in _REQUIRED_META if k not in meta]
-    if missing:
-        raise ValueError(f"{path}: missing keys {missing}; re-run `ncf etl` to rewrite it")
-    for kind, n in (("user", meta["num_users"]), ("item", meta["num_items"])):
-        lo, hi = meta[f"{kind}_id_range"]
-        if not 0 <= lo < hi <= n:
-            raise ValueError(
-                f"{path}: {kind}_id_range={[lo, hi]} is not inside [0, num_{kind}s={n}]; "
-                "re-run `ncf etl`"
-            )
-    return meta
 
 
 def _vocab_path(etl_dir: Path, meta: dict, kind: str, column: str) -> Path:
@@ -107,35 +80,20 @@ def vocab_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray
     return out
 
 
-def _read_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: pass --data the output directory of `ncf etl`")
-    table = pq.read_table(path, columns=[names.USER, names.ITEM])
-    return (
-        table.column(names.USER).to_numpy().astype(np.int64),
-        table.column(names.ITEM).to_numpy().astype(np.int64),
-    )
-
-
 def seen_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray]:
     """Arrays of ``seen.npz``: CSR ``indptr [num_users + 1]`` and ``indices`` (item ids, sorted).
 
     Every known positive of a user (``train/`` and ``test/``) is "already rated".
     """
     etl_dir = Path(etl_dir)
-    parts = [_read_pairs(etl_dir / d) for d in (names.TRAIN_DIR, names.TEST_DIR)]
+    parts = []
+    for split in (names.TRAIN_DIR, names.TEST_DIR):
+        users, items = read_pairs(etl_dir / split)
+        check_range(users, 0, meta["num_users"], etl_dir / split, names.USER)
+        check_range(items, 0, meta["num_items"], etl_dir / split, names.ITEM)
+        parts.append((users, items))
     users = np.concatenate([p[0] for p in parts])
     items = np.concatenate([p[1] for p in parts])
-    for col, ids, n in (
-        (names.USER, users, meta["num_users"]),
-        (names.ITEM, items, meta["num_items"]),
-    ):
-        bad = np.flatnonzero((ids < 0) | (ids >= n))
-        if bad.size:
-            raise ValueError(
-                f"{etl_dir}: {col}={ids[bad[0]]} outside [0, {n}) in train/ or test/; "
-                "metadata.json does not match the data: re-run `ncf etl`"
-            )
     # One int64 key per pair sorts by user, then item, and np.unique drops duplicates.
     keys = np.unique(users * meta["num_items"] + items)
     users, items = keys // meta["num_items"], keys % meta["num_items"]

@@ -8,7 +8,6 @@ hard-linked from one staging copy, ``manifest.json`` last) and renamed into plac
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ncf import atomic, names
+from ncf.digest import sha256_bytes
 
 VERSION = "1"
 
@@ -36,15 +36,6 @@ MODEL_ARTIFACTS: dict[str, tuple[str, ...]] = {
 def project_repo() -> Path:
     """The committed ``triton_repo/`` of this project (configs and python models)."""
     return Path(__file__).resolve().parents[1] / "triton_repo"
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def ensure_definitions(repo: Path, template: Path) -> None:
@@ -108,7 +99,7 @@ def write_repository(
         for name, data in artifacts.items():
             atomic.write_bytes(staging / name, data)
             (staging / name).chmod(0o644)  # mkstemp made it 0600; a serving container must read it
-            files[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+            files[name] = {"sha256": sha256_bytes(data), "bytes": len(data)}
         written = {}
         for model, wanted in MODEL_ARTIFACTS.items():
             written[model] = _write_version(

@@ -16,7 +16,7 @@ import threading
 from types import FrameType
 
 from ncf import names
-from ncf.triton_server import LOOPBACK, TritonServer
+from serving.server import LOOPBACK, TritonServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,11 +14,13 @@ import pandas as pd
 import pytest
 import torch
 
-from models import export, repo_writer, serving_tables
+from models.checkpoint import load_model
+from models.data import read_metadata
 from models.neumf import NeuMF, NeuMFConfig
-from models.repo_writer import MODEL_ARTIFACTS
 from ncf import names
 from ncf.cli import main
+from serving import export, repository, tables
+from serving.repository import MODEL_ARTIFACTS
 from tests.triton_repo import etl_fixture
 
 
@@ -63,7 +65,7 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
     diffs = common["checks"]["max_abs_diff"]
     assert set(diffs) == {"torchscript", "onnx", "catalogue"} and max(diffs.values()) <= 1e-5
     assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in
-    helper = repo_writer.project_repo() / names.PYTHON_MODEL_HELPER
+    helper = repository.project_repo() / names.PYTHON_MODEL_HELPER
     with_model_py = {p.parent.parent.name for p in repo.glob("*/1/model.py")}
     assert with_model_py == {
         m for m in MODEL_ARTIFACTS if (helper.parent / m / "1" / "model.py").is_file()
@@ -77,7 +79,7 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
 def test_written_artifacts_equal_eager_pytorch(exported, checkpoint, etl_dir, batch):
     repo, _ = exported
     meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
-    model, _ = export.load_checkpoint(checkpoint)
+    model, _ = load_model(checkpoint)
     users, items = export.random_ids(meta, batch, seed=batch)
     with torch.no_grad():
         want = torch.sigmoid(model(users[:, 0], items[:, 0])).numpy()[:, None]
@@ -98,7 +100,7 @@ def test_written_catalogue_scorer_equals_eager_pytorch(exported, checkpoint, etl
     repo, _ = exported
     meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
     lo, hi = meta["item_id_range"]
-    model, _ = export.load_checkpoint(checkpoint)
+    model, _ = load_model(checkpoint)
     scorer = torch.jit.load(repo / names.MODEL_CATALOGUE_LIBTORCH / "1" / names.ARTIFACT_CATALOGUE)
     assert [a.name for a in scorer.forward.schema.arguments[1:]] == [names.INPUT_USER]
     items = torch.arange(lo, hi)
@@ -136,8 +138,8 @@ def real_etl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("source", ["etl_dir", "real_etl_dir"])
 def test_vocab_tables_equal_workflow_transform(request, source):
     etl = request.getfixturevalue(source)
-    meta = serving_tables.read_metadata(etl)
-    vocab = serving_tables.vocab_tables(etl, meta)
+    meta, _ = read_metadata(etl)
+    vocab = tables.vocab_tables(etl, meta)
     workflow = etl_fixture.load_workflow(etl)
     unseen = np.array([0, -1, 10**9])
     for kind, other in (("user", "item"), ("item", "user")):
@@ -154,7 +156,7 @@ def test_export_of_real_etl_output(real_etl_dir, tmp_path):
     ckpt = etl_fixture.make_checkpoint(tmp_path / "best.pt", real_etl_dir)
     manifest = export.export_repository(ckpt, real_etl_dir, tmp_path / "repo")
     assert max(manifest["checks"]["max_abs_diff"].values()) <= 1e-5
-    meta = serving_tables.read_metadata(real_etl_dir)
+    meta, _ = read_metadata(real_etl_dir)
     with np.load(tmp_path / "repo" / names.MODEL_RECOMMEND / "1" / names.ARTIFACT_SEEN) as seen:
         assert seen["indices"].size == meta["train_rows"] + meta["test_rows"]
 
@@ -168,7 +170,7 @@ def test_seen_tables_are_each_users_train_and_test_items(tmp_path):
         (tmp_path / sub).mkdir()
         frame = pd.DataFrame(pairs, columns=[names.USER, names.ITEM])
         frame.to_parquet(tmp_path / sub / "part_0.parquet", index=False)
-    seen = serving_tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
+    seen = tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
     np.testing.assert_array_equal(seen["indptr"], [0, 2, 4, 4, 5])
     np.testing.assert_array_equal(seen["indices"], [1, 4, 0, 2, 3])
 
@@ -178,8 +180,8 @@ def test_seen_tables_reject_ids_outside_the_metadata(tmp_path):
         (tmp_path / sub).mkdir()
         frame = pd.DataFrame([(0, 7)], columns=[names.USER, names.ITEM])
         frame.to_parquet(tmp_path / sub / "part_0.parquet", index=False)
-    with pytest.raises(ValueError, match=r"item_id=7 outside \[0, 5\)"):
-        serving_tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
+    with pytest.raises(ValueError, match=r"train: row 0 item_id=7 is outside \[0, 5\)"):
+        tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
 
 
 def test_reexport_replaces_version_folders_and_keeps_model_py(
@@ -202,7 +204,7 @@ def test_checkpoint_for_other_data_is_refused_and_nothing_written(exported, etl_
     before = _snapshot(repo)
     cfg = NeuMFConfig(num_users=5, num_items=6, factors=4, mlp_layers=[8, 4])
     bad = tmp_path / "bad.pt"
-    torch.save({"model": NeuMF(cfg).state_dict(), "config": cfg.to_dict()}, bad)
+    torch.save({"model": NeuMF(cfg).state_dict(), "config": cfg.to_dict(), "epoch": 0}, bad)
     with pytest.raises(ValueError, match="num_users=5, num_items=6"):
         export.export_repository(bad, etl_dir, repo)
     assert _snapshot(repo) == before
@@ -218,22 +220,21 @@ def test_metadata_hash_mismatch_needs_the_override(checkpoint, etl_dir, tmp_path
     assert (tmp_path / "repo" / names.MODEL_WORKFLOW / "1" / names.ARTIFACT_VOCAB).is_file()
 
 
-@pytest.mark.parametrize(
-    ("content", "error", "match"),
-    [
-        (None, FileNotFoundError, "not found"),
-        (b"not a checkpoint", ValueError, "weights_only"),
-        ({"weights": {}}, ValueError, "expected a dict with 'model' and 'config'"),
-    ],
-)
-def test_bad_checkpoints_get_clear_errors(tmp_path, content, error, match):
-    path = tmp_path / "ckpt.pt"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content is not None:
-        torch.save(content, path)
-    with pytest.raises(error, match=match):
-        export.load_checkpoint(path)
+def test_cli_export_names_a_truncated_checkpoint_in_one_line(checkpoint, etl_dir, tmp_path, capsys):
+    bad = tmp_path / "best.pt"
+    bad.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])
+    args = [
+        "export",
+        "--checkpoint",
+        str(bad),
+        "--data",
+        str(etl_dir),
+        "--repo",
+        str(tmp_path / "r"),
+    ]
+    assert main(args) == 2
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and str(bad) in errors[0] and "truncated or corrupt" in errors[0]
 
 
 def test_cli_export_prints_the_checks(checkpoint, etl_dir, tmp_path, capsys):
@@ -243,7 +244,7 @@ def test_cli_export_prints_the_checks(checkpoint, etl_dir, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["repo"] == str(repo.resolve()) and max(summary["max_abs_diff"].values()) <= 1e-5
     assert main([*args[:3], "--data", str(tmp_path / "missing")]) == 2
-    assert "metadata.json not found" in capsys.readouterr().err
+    assert "no ETL metadata" in capsys.readouterr().err
 
 
 def test_manifest_ids_are_checked(etl_dir, tmp_path):
@@ -251,8 +252,8 @@ def test_manifest_ids_are_checked(etl_dir, tmp_path):
     meta = json.loads((data / names.METADATA_FILE).read_text())
     meta["item_id_range"] = [3, meta["num_items"] + 1]
     (data / names.METADATA_FILE).write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match=r"item_id_range=\[3, \d+\] is not inside"):
-        serving_tables.read_metadata(data)
+    with pytest.raises(ValueError, match=r"item_id_range \[3, \d+\] is not inside"):
+        read_metadata(data)
 
 
 def test_serving_wrapper_shapes():
@@ -267,8 +268,8 @@ def test_serving_wrapper_shapes():
 def test_both_onnx_exporters_give_a_dynamic_batch_model_equal_to_eager(
     checkpoint, etl_dir, exporter
 ):
-    meta = serving_tables.read_metadata(etl_dir)
-    model, _ = export.load_checkpoint(checkpoint)
+    meta, _ = read_metadata(etl_dir)
+    model, _ = load_model(checkpoint)
     wrapper = export.ServingNeuMF(model).eval()
     data = export.to_onnx(wrapper, export.random_ids(meta, 8, seed=0), exporter)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])

@@ -1,0 +1,1 @@
+"""Data sources: GroupLens downloads (verified archives) and ML-20m-like synthetic ratings."""

@@ -1,0 +1,1 @@
+"""Serving: checkpoint to Triton repository (export), the tritonserver lifecycle, and its clients."""
