@@ -14,7 +14,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-venv: $(STAMP)
+# The model-config protobuf of the Triton release docker-compose.yml runs (docs/TRITON_IMAGE.md
+# names it), for tests/triton_repo/test_config_protobuf.py: that release's tritonclient wheel is
+# downloaded and only its model_config_pb2.py kept, in $(VENV)/triton-<version>/ (the venv's own
+# tritonclient is newer, and pip holds one tritonclient at a time).
+TRITON_PROTO := $(VENV)/.triton-proto-stamp
+$(TRITON_PROTO): $(STAMP) docs/TRITON_IMAGE.md tests/triton_repo/triton_image.py
+	$(BIN)/python -m tests.triton_repo.triton_image fetch-proto
+	touch $(TRITON_PROTO)
+
+venv: $(STAMP) $(TRITON_PROTO)
 
 run: venv
 	$(BIN)/ncf run

@@ -1,30 +1,26 @@
-"""docker-compose.yml only runs commands that exist in this project, with flags they accept."""
+"""docker-compose.yml only runs commands that exist, with flags they accept.
+
+Each command is parsed by its program's own parser where the project has it (``ncf``, torchrun's
+``torch.distributed.run``, ``bench.pa_input``); ``tritonserver`` and ``perf_analyzer`` options are
+checked against the lists for the image's release in docs/TRITON_IMAGE.md.
+"""
 
 from __future__ import annotations
 
 import argparse
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ncf.cli import build_parser
+from tests.triton_repo.triton_image import bundled_server, doc_block
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-TORCHRUN_FLAGS = {
-    "--standalone",
-    "--nnodes",
-    "--nproc_per_node",
-    "--nproc-per-node",
-    "--rdzv_backend",
-    "--rdzv_endpoint",
-    "--node_rank",
-    "--master_addr",
-    "--master_port",
-}
 
 
 def _expand(text: str) -> str:
@@ -32,9 +28,16 @@ def _expand(text: str) -> str:
     return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
 
 
+def _words(value: str | list[str] | None) -> list[str]:
+    """A compose ``command``/``entrypoint``: a shell-like string or a list, variables expanded."""
+    if value is None:
+        return []
+    return shlex.split(_expand(value)) if isinstance(value, str) else [_expand(v) for v in value]
+
+
 def _commands(service: dict) -> list[list[str]]:
-    cmd = _expand(service["command"])
-    argv = shlex.split(cmd)
+    # compose runs the entrypoint with the command as its arguments
+    argv = _words(service.get("entrypoint")) + _words(service.get("command"))
     if argv[:2] == ["bash", "-c"]:
         argv = shlex.split(argv[2])
     parts, cur = [], []
@@ -70,11 +73,11 @@ def test_service_commands_exist(service):
         elif prog == "ncf":
             _check_ncf(argv[1:])
         elif prog == "torchrun":
-            i = argv.index("-m")
-            assert argv[i + 1] == "ncf.cli"
-            for flag in argv[1:i]:
-                assert flag.split("=")[0] in TORCHRUN_FLAGS, flag
-            _check_ncf(argv[i + 2 :])
+            from torch.distributed.run import get_args_parser
+
+            args = get_args_parser().parse_args(argv[1:])  # exits (SystemExit) on a bad flag
+            assert args.module and args.training_script == "ncf.cli", argv
+            _check_ncf(args.training_script_args)
         elif prog == "python":
             assert argv[1] == "-m" and argv[2] == "bench.pa_input", argv
             from bench import pa_input
@@ -83,20 +86,73 @@ def test_service_commands_exist(service):
             pa_input.add_arguments(parser)
             parser.parse_args(argv[3:])
         elif prog == "tritonserver":
-            opts = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
-            assert opts["--model-repository"] == "/models"
-            for a in argv[1:]:
-                if a.startswith("--load-model="):
-                    model = a.split("=", 1)[1]
-                    assert (ROOT / "triton_repo" / model / "config.pbtxt").is_file(), model
+            _check_tritonserver(argv[1:])
         elif prog == "perf_analyzer":
-            model = argv[argv.index("-m") + 1]
-            assert (ROOT / "triton_repo" / model / "config.pbtxt").is_file(), model
-            # its --input-data file is the one the export service writes (real ids)
-            export_cmd = COMPOSE["services"]["export"]["command"]
-            assert argv[argv.index("--input-data") + 1] in export_cmd
+            _check_perf_analyzer(argv[1:])
         else:
             pytest.fail(f"service {service} runs unknown program {prog!r}")
+
+
+def tritonserver_parser() -> argparse.ArgumentParser:
+    """Parser of the tritonserver options docs/TRITON_IMAGE.md lists (each takes a value)."""
+    parser = argparse.ArgumentParser(prog="tritonserver", add_help=False, allow_abbrev=False)
+    for (flag,) in doc_block("tritonserver-flags"):
+        parser.add_argument(flag, action="append" if flag == "--load-model" else "store")
+    return parser
+
+
+def perf_analyzer_parser() -> argparse.ArgumentParser:
+    """Parser of the perf_analyzer options docs/TRITON_IMAGE.md lists (``VALUE``: takes one)."""
+    parser = argparse.ArgumentParser(prog="perf_analyzer", add_help=False, allow_abbrev=False)
+    for flag, *value in doc_block("perf-analyzer-flags"):
+        parser.add_argument(flag, action="store" if value else "store_true")
+    return parser
+
+
+def _check_tritonserver(argv: list[str]) -> None:
+    args = tritonserver_parser().parse_args(argv)
+    assert args.model_repository == "/models"
+    assert args.model_control_mode == "explicit" and args.load_model
+    for model in args.load_model:
+        assert (ROOT / "triton_repo" / model / "config.pbtxt").is_file(), model
+
+
+def _check_perf_analyzer(argv: list[str]) -> None:
+    args = perf_analyzer_parser().parse_args(argv)
+    (server,) = _commands(COMPOSE["services"]["triton"])
+    loaded = tritonserver_parser().parse_args(server[1:]).load_model
+    assert args.m in loaded, f"perf_analyzer -m {args.m}: not loaded by the triton service"
+    # -u names the triton service on the compose network, at the port of the -i protocol
+    host, port = args.u.split(":")
+    assert host == "triton" and host in COMPOSE["services"]
+    assert (args.i, port) in {("grpc", "8001"), ("http", "8000")}, (args.i, port)
+    assert any(p.endswith(f":{port}") for p in COMPOSE["services"]["triton"]["ports"])
+    # its --input-data file is the one the export service writes (real ids)
+    assert args.input_data in COMPOSE["services"]["export"]["command"]
+
+
+@pytest.mark.parametrize(
+    ("parser", "argv"),
+    [
+        (tritonserver_parser, ["--model-repository=/m", "--no-such-option=1"]),
+        (tritonserver_parser, ["--model-repo=/m"]),  # no abbreviations: tritonserver has none
+        (perf_analyzer_parser, ["-m", "x", "--no-such-option"]),
+    ],
+)
+def test_unknown_options_are_rejected(parser, argv):
+    with pytest.raises(SystemExit):  # argparse reports unrecognized arguments and exits
+        parser().parse_args(argv)
+
+
+def test_documented_tritonserver_options_exist_in_the_release():
+    """The list in docs/TRITON_IMAGE.md against ``tritonserver --help`` of the bundled 2.51.0."""
+    binary, env = bundled_server()
+    out = subprocess.run([binary, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    # option lines are indented by two spaces; their descriptions by a tab
+    options = set(re.findall(r"^  (--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
+    assert {"--model-repository", "--load-model", "--grpc-port"} <= options, out.stderr[-2000:]
+    documented = {flag for (flag,) in doc_block("tritonserver-flags")}
+    assert documented - options == set()
 
 
 def test_triton_serves_the_checkout_repository():
