@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ncf import atomic, names
-from ncf.digest import sha256_bytes
+from ncf.digest import sha256_bytes, sha256_file
 
 VERSION = "1"
 
@@ -127,6 +127,7 @@ def _write_version(
                 shutil.copy2(py, tmp / py.name)
         if (tmp / "model.py").is_file():  # always the current helper, never a stale copy
             shutil.copy2(helper, tmp / helper.name)
+            model_manifest["helpers"] = {helper.name: {"sha256": sha256_file(tmp / helper.name)}}
         for name in wanted:
             _link_or_copy(staging / name, tmp / name)
         atomic.write_json(tmp / names.MANIFEST_FILE, model_manifest)

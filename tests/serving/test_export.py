@@ -70,8 +70,10 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
     assert with_model_py == {
         m for m in MODEL_ARTIFACTS if (helper.parent / m / "1" / "model.py").is_file()
     }
-    for model in with_model_py:  # the one shared helper beside every python model
+    for model in with_model_py:  # the one shared helper beside every python model, in its manifest
         assert (repo / model / "1" / helper.name).read_bytes() == helper.read_bytes()
+        manifest = json.loads((repo / model / "1" / names.MANIFEST_FILE).read_text())
+        assert manifest["helpers"][helper.name]["sha256"] == _sha(helper)
     assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
 
 
