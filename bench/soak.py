@@ -18,7 +18,6 @@ from bench.entry import Results
 from serving.load import LoadStats, run_load
 from serving.server import TritonServer
 
-
 SUMMARY_COLUMNS = (
     "duration_s",
     "concurrency",
