@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import entry
 from bench.common import RESULTS_DIR
 
 BENCHES: dict[str, tuple[str, str]] = {
@@ -28,17 +29,26 @@ BENCHES: dict[str, tuple[str, str]] = {
     "train": ("bench.train", "training throughput and memory per batch size and precision"),
     "inference": ("bench.inference", "eager / TorchScript / ONNX Runtime scoring, batch 1..1M"),
     "triton": ("bench.triton", "tritonserver: neumf, ncf, recommend over HTTP and gRPC"),
-    "soak": (
-        "bench.soak",
-        "tritonserver under a bounded mixed valid/invalid load (memory, errors)",
-    ),
+    "soak": ("bench.soak", "tritonserver under a bounded load of valid and invalid requests"),
     # a diagnostic, not part of `ncf bench all`
     "profile": ("bench.profile_step", "torch.profiler table of one training step's operators"),
 }
 
 
+class _ArgvParser(argparse.ArgumentParser):
+    """A bench's subparser that keeps the arguments it was given (``args.bench_argv``), so that
+    the results record ``ncf bench NAME ARGS`` as the user typed them."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.bench_argv = list(sys.argv[1:] if args is None else args)
+        return namespace, extras
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    sub = parser.add_subparsers(
+        dest="bench", metavar="BENCH", required=True, parser_class=_ArgvParser
+    )
     for name, (module, help_) in BENCHES.items():
         p = sub.add_parser(name, help=help_, description=help_)
         try:
@@ -76,13 +86,15 @@ def add_all_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen bench through ``bench.entry`` (its results record ``ncf bench NAME ...``)."""
     if args.bench == "all":
         return run_all(args)
-    if args.bench == "readme":
-        return importlib.import_module("bench.readme").run(args)
     if getattr(args, "import_error", None):
         raise RuntimeError(args.import_error)
-    return int(importlib.import_module(BENCHES[args.bench][0]).run(args) or 0)
+    module = BENCHES[args.bench][0] if args.bench in BENCHES else "bench.readme"
+    prog = f"ncf bench {args.bench}"
+    args.cmdline = entry.command_line(prog, args.bench_argv)
+    return entry.execute(importlib.import_module(module), args, prog)
 
 
 @dataclass

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import PeakRSS, stage, write_results
+from bench import entry
+from bench.common import RESULTS_DIR, PeakRSS, stage
+from bench.entry import Results
 
 DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
 STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
@@ -54,12 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the ETL outputs go (deleted after each run unless --keep)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the ETL outputs")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default bench/results")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run every configuration in a subprocess, then write ``etl.json`` / ``etl.md``."""
+def run(args: argparse.Namespace) -> Results | int:
+    """Run every configuration in a subprocess; the rows of ``etl.json`` / ``etl.md``."""
     if args.child is not None:
         return _child(args)
     if not args.input.is_file():
@@ -83,17 +85,8 @@ def run(args: argparse.Namespace) -> int:
         "engine": args.engine,
         "negatives": args.negatives,
     }
-    kwargs = {"results_dir": args.results_dir} if args.results_dir else {}
-    write_results(
-        "etl",
-        rows,
-        columns,
-        command=_command(args),
-        extra=extra,
-        title="ETL: `ncf etl` on 20M synthetic ML-20m ratings (seconds / peak GB per stage)",
-        **kwargs,
-    )
-    return 0
+    title = "ETL: `ncf etl` on 20M synthetic ML-20m ratings (seconds / peak GB per stage)"
+    return Results("etl", rows, columns, title, args.results_dir, extra)
 
 
 def _warm_page_cache(path: Path) -> None:
@@ -171,20 +164,5 @@ def _row(record: dict[str, Any], workers: int) -> dict[str, Any]:
     return row
 
 
-def _command(args: argparse.Namespace) -> str:
-    return (
-        f"python -m bench.etl --input {args.input} --workers {args.workers} "
-        f"--engine {args.engine} --negatives {args.negatives}"
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.etl", description=__doc__.splitlines()[0]
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

@@ -16,7 +16,6 @@ import argparse
 import copy
 import io
 import os
-import shlex
 import sys
 import time
 import warnings
@@ -26,7 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import RESULTS_DIR, write_results
+from bench import entry
+from bench.common import RESULTS_DIR
+from bench.entry import BenchError, Plot, Results
 from models import checkpoint
 from models.neumf import NeuMF, NeuMFConfig
 from ncf import names
@@ -308,7 +309,7 @@ def _validate(args: argparse.Namespace) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Results:
     _validate(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     precisions = args.precisions or default_precisions(args.device)
     rows, skipped = run_matrix(model, args, precisions)
     if not rows:
-        raise RuntimeError(f"no benchmark point could run: {skipped}")
+        raise BenchError(f"no benchmark point could run: {skipped}")
     extra = {
         "model": source,
         "num_users": model.cfg.num_users,
@@ -328,44 +329,18 @@ def run(args: argparse.Namespace) -> int:
             k: getattr(args, k) for k in ("warmup", "min_iters", "max_iters", "max_seconds")
         },
     }
-    command = "python -m bench.inference " + shlex.join(sys.argv[1:])
-    write_results(
-        args.name,
-        rows,
-        COLUMNS,
-        command,
-        extra=extra,
-        results_dir=args.results_dir,
-        title=f"NeuMF inference ({args.device})",
+    plot = Plot(
+        x="batch",
+        y="lat_mean_ms",
+        series=("backend", "precision"),
+        title=f"NeuMF inference latency vs batch ({args.device})",
+        logx=True,
+        logy=True,
+        y2="samples_per_s",
     )
-    if not args.no_plot:
-        from bench.plots import line_plot
-
-        path = args.results_dir / f"{args.name}.png"
-        line_plot(
-            rows,
-            x="batch",
-            y="lat_mean_ms",
-            series=("backend", "precision"),
-            path=path,
-            title=f"NeuMF inference latency vs batch ({args.device})",
-            logx=True,
-            logy=True,
-            y2="samples_per_s",
-        )
-        print(f"wrote {path}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.inference", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"bench.inference: error: {exc}", file=sys.stderr)
-        return 2
+    title = f"NeuMF inference ({args.device})"
+    return Results(args.name, rows, COLUMNS, title, args.results_dir, extra, plot)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

@@ -11,9 +11,26 @@ import json
 import sys
 from pathlib import Path
 
-from bench.triton import IdPool, pa_input_data
+import numpy as np
+
+from bench import entry
 from ncf import names
 from ncf.atomic import write_text
+from serving.client import IdPool
+
+
+def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
+    """perf_analyzer ``--input-data`` JSON: ``n`` batch-1 entries of real ids (its random int64
+    inputs would index outside the embeddings)."""
+    rng = np.random.default_rng(seed)
+    data = []
+    for _ in range(n):
+        record = {}
+        for name, array, _dtype in pool.inputs(model, 1, k, rng):
+            shape = list(array.shape[1:]) if model != names.MODEL_RECOMMEND else list(array.shape)
+            record[name] = {"content": array.ravel().tolist(), "shape": shape}
+        data.append(record)
+    return {"data": data}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,11 +58,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.pa_input", description=__doc__)
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

@@ -12,7 +12,6 @@ AMP step is below DLE's A100 figure and this says which operators take the time.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import tempfile
 import time
@@ -20,7 +19,10 @@ from pathlib import Path
 
 import torch
 
-from bench.common import RESULTS_DIR, write_results
+from bench import entry
+from bench.common import RESULTS_DIR
+from bench.entry import Results
+from bench.train_point import OUR_PRECISIONS
 
 COLUMNS = ("op", "calls_per_step", "self_ms_per_step", "share_pct", "self_cpu_ms_per_step")
 
@@ -29,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, help="ETL output directory (default: ncf synth data)")
     p.add_argument("--scale", type=float, default=1.0, help="ncf synth scale when no --data")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--precision", default="fp32", choices=("fp32", "tf32", "bf16", "amp"))
+    p.add_argument("--precision", default="fp32", choices=OUR_PRECISIONS)
     p.add_argument("--batch", type=int, default=1 << 20, help="global batch size")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--steps", type=int, default=3, help="profiled steps")
@@ -75,11 +77,22 @@ def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
 
 def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict]:
     """Profile ``args.steps`` training steps; (operator rows, step facts)."""
+    from bench.train_point import TrainPoint
     from bench.train_worker import build_trainer, step_starts
     from models.distributed import process_group
     from models.epoch import epoch_generator, plan_epoch
 
-    point = {"data": str(data_path), "precision": args.precision, "batch": args.batch}
+    point = TrainPoint(
+        data=str(data_path),
+        device=args.device,
+        precision=args.precision,
+        batch=args.batch,
+        mode="steps",
+        warmup=args.warmup,
+        steps=args.steps,
+        micro_batch=0,
+        epochs=0,
+    )
     with process_group(args.device) as env, tempfile.TemporaryDirectory() as tmp:
         tr = build_trainer(point, env, Path(tmp))
         gen = epoch_generator(tr.cfg.seed, 0, env.device)
@@ -110,7 +123,7 @@ def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict
     return rows, facts
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Results:
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         raise ValueError(
             f"--steps {args.steps} --warmup {args.warmup} --batch {args.batch}: need steps >= 1, "
@@ -124,27 +137,12 @@ def run(args: argparse.Namespace) -> int:
 
         data = synthetic(args.scale)
     rows, facts = profile(args, data)
-    command = "python -m bench.profile_step " + shlex.join(sys.argv[1:])
     title = (
         f"Training step profile ({facts['device']}, {facts['precision']}, batch {facts['batch']:,})"
     )
-    write_results(
-        args.name,
-        rows,
-        COLUMNS,
-        command,
-        extra={"step": facts, "data": str(data)},
-        results_dir=args.results_dir,
-        title=title,
-    )
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.profile_step", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    extra = {"step": facts, "data": str(data)}
+    return Results(args.name, rows, COLUMNS, title, args.results_dir, extra)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from bench import entry
 from bench.common import RESULTS_DIR
 from bench.summary import write_summary
 from ncf.atomic import write_text
@@ -93,15 +94,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.readme", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"bench.readme: error: {exc}", file=sys.stderr)
-        return 2
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

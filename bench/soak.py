@@ -9,13 +9,34 @@ after warm-up vs at the end (within 10%), and whether the server still answers a
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
-from bench.common import RESULTS_DIR, write_results
-from serving.load import run_load
+from bench import entry
+from bench.common import RESULTS_DIR
+from bench.entry import Results
+from serving.load import LoadStats, run_load
 from serving.server import TritonServer
+
+SUMMARY_COLUMNS = (
+    "duration_s",
+    "concurrency",
+    "requests_per_s",
+    *LoadStats.KEYS,
+    "rss_after_warmup_mb",
+    "rss_end_mb",
+    "rss_ratio",
+    "answers_after",
+    "passed",
+)
+
+
+def summary_row(report: dict) -> dict:
+    """The table row of a ``run_load`` report (RSS in MiB)."""
+    row = {k: report[k] for k in SUMMARY_COLUMNS if k in report}
+    row["rss_after_warmup_mb"] = round(report["rss_after_warmup_bytes"] / 2**20, 1)
+    row["rss_end_mb"] = round(report["rss_end_bytes"] / 2**20, 1)
+    return {k: row[k] for k in SUMMARY_COLUMNS}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,65 +53,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Results:
     if args.duration <= 0 or args.concurrency < 1 or not 0.0 <= args.invalid_fraction < 1.0:
         raise ValueError(
             f"--duration {args.duration}, --concurrency {args.concurrency}, --invalid-fraction "
             f"{args.invalid_fraction}: need duration > 0, concurrency >= 1, 0 <= fraction < 1"
         )
+    options = {"duration_s": args.duration, "concurrency": args.concurrency, "seed": args.seed}
     with TritonServer(args.repo) as server:
         report = run_load(
             server.http_url,
             server.grpc_url,
             args.repo,
             server.pid,
-            duration_s=args.duration,
-            concurrency=args.concurrency,
             invalid_fraction=args.invalid_fraction,
-            seed=args.seed,
+            **options,
         )
-    counts = {
-        k: report[k]
-        for k in (
-            "valid_ok",
-            "valid_failed",
-            "invalid_rejected",
-            "invalid_accepted",
-            "transport_errors",
-        )
-        if k in report
-    }
-    row = {
-        "duration_s": report["duration_s"],
-        "concurrency": report["concurrency"],
-        "requests_per_s": report["requests_per_s"],
-        **counts,
-        "rss_after_warmup_mb": round(report["rss_after_warmup_bytes"] / 2**20, 1),
-        "rss_end_mb": round(report["rss_end_bytes"] / 2**20, 1),
-        "rss_ratio": report["rss_ratio"],
-        "answers_after": report["answers_after"],
-        "passed": report["passed"],
-    }
-    columns = list(row)
-    via_ncf = Path(sys.argv[0]).name == "ncf"
-    command = ("ncf " if via_ncf else "python -m bench.soak ") + shlex.join(sys.argv[1:])
-    write_results(
+    return Results(
         args.name,
-        [row],
-        columns,
-        command.strip(),
+        [summary_row(report)],
+        SUMMARY_COLUMNS,
+        "Server under a bounded mixed load",
+        args.results_dir,
         extra={"report": report},
-        results_dir=args.results_dir,
-        title="Server under a bounded mixed load",
+        exit_code=0 if report["passed"] else 1,
     )
-    return 0 if report["passed"] else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    add_arguments(p)
-    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

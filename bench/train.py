@@ -14,6 +14,7 @@ timed run (``--epochs-run N``: train + evaluate every epoch, as ``ncf train`` do
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -23,7 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS_DIR, PeakRSS, write_results
+from bench import entry
+from bench.common import RESULTS_DIR, PeakRSS
+from bench.entry import BenchError, Results
+from bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
 
 COLUMNS = (
     "device",
@@ -68,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--precisions",
         nargs="+",
         default=None,
-        choices=("fp32", "bf16", "tf32", "amp"),
+        choices=OUR_PRECISIONS,
         help="fp32, bf16 (CPU autocast), tf32, amp (CUDA fp16 autocast); default: fp32 bf16 on "
         "CPU, fp32 tf32 amp on CUDA",
     )
@@ -112,14 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of --preset-check"
     )
-    p.add_argument("--worker", help=argparse.SUPPRESS)
 
 
-def _launch(point: dict, procs: int) -> tuple[dict, float]:
+def _launch(point: TrainPoint, procs: int) -> tuple[dict, float]:
     """Run one worker (under torchrun for several processes); its result and the tree's peak RSS."""
     with tempfile.TemporaryDirectory() as tmp:
-        point = {**point, "result": str(Path(tmp) / "result.json")}
-        worker = ["-m", "bench.train", "--worker", json.dumps(point)]
+        point = dataclasses.replace(point, result=str(Path(tmp) / "result.json"))
+        worker = ["-m", "bench.train_worker", str(point.save(Path(tmp) / "point.json"))]
         if procs > 1:
             cmd = [
                 sys.executable,
@@ -135,10 +138,8 @@ def _launch(point: dict, procs: int) -> tuple[dict, float]:
         with PeakRSS(interval=0.05) as rss:
             proc = subprocess.run(cmd, env=env, check=False)
         if proc.returncode != 0:
-            raise RuntimeError(
-                f"benchmark worker failed (exit {proc.returncode}): {shlex.join(cmd)}"
-            )
-        result = json.loads(Path(point["result"]).read_text())
+            raise BenchError(f"benchmark worker failed (exit {proc.returncode}): {shlex.join(cmd)}")
+        result = json.loads(Path(point.result).read_text())
         # 1-minute load average when the point ended: ~2 = this benchmark alone on a 2-core CPU;
         # more means other processes shared the cores and the figure is pessimistic.
         result["loadavg_1m"] = round(os.getloadavg()[0], 2)
@@ -147,36 +148,35 @@ def _launch(point: dict, procs: int) -> tuple[dict, float]:
 
 def dle_precisions(device: str) -> list[str]:
     """DLE's step in the modes DLE reports on ``device`` (its GPU tables: TF32 and AMP)."""
-    from bench.train_dle import DLE_PRECISIONS
-
     return list(DLE_PRECISIONS) if device == "cuda" else ["dle"]
 
 
-def _step_points(args: argparse.Namespace, base: dict, precisions: list[str]) -> list[dict]:
+def _point(args: argparse.Namespace, data: Path, **fields: object) -> TrainPoint:
+    """A point on ``data`` with the command's device, steps and micro-batch, plus ``fields``."""
+    common = {"warmup": args.warmup, "steps": args.steps, "micro_batch": args.micro_batch}
+    return TrainPoint(data=str(data), device=args.device, **{"epochs": 0, **common, **fields})
+
+
+def _step_points(args: argparse.Namespace, data: Path, precisions: list[str]) -> list[dict]:
     """Samples/s of each (processes, global batch, precision) point, each in fresh processes."""
     rows = []
     for procs in args.procs:
         for batch in args.batch_sizes:
             baseline = dle_precisions(args.device) if args.dle_baseline and procs == 1 else []
             for precision in baseline + precisions:
-                point = {**base, "mode": "steps", "batch": batch, "precision": precision}
+                point = _point(args, data, mode="steps", batch=batch, precision=precision)
                 res, peak = _launch(point, procs)
                 rows.append({**res, "procs": procs, "peak_rss_gib": round(peak, 3)})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.worker:
-        from bench.train_worker import work
-
-        return work(json.loads(args.worker))
+def run(args: argparse.Namespace) -> Results:
     if args.preset_check:
         from bench.train_preset import check_preset
 
         name = args.name if args.name != "train" else f"train-{args.preset}"
-        check_preset(args.preset_check, args.preset, args.seeds, name, args.results_dir)
-        return 0
+        return check_preset(args.preset_check, args.preset, args.seeds, name, args.results_dir)
     precisions = args.precisions or (
         ["fp32", "bf16"] if args.device == "cpu" else ["fp32", "tf32", "amp"]
     )
@@ -187,49 +187,27 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         data = synthetic(args.scale)
         print(f"synthetic data {data} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    base = {
-        "data": str(data),
-        "device": args.device,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "micro_batch": args.micro_batch,
-    }
     rows: list[dict] = []
     extra: dict = {"data": str(data), "scale": None if args.data else args.scale}
+    batch = args.batch_sizes[0]
     if args.steps_points:
-        rows = _step_points(args, base, precisions)
-        point = {**base, "mode": "sampling", "batch": args.batch_sizes[0], "precision": "fp32"}
+        rows = _step_points(args, data, precisions)
+        point = _point(args, data, mode="sampling", batch=batch, precision="fp32")
         extra["sampling"], _ = _launch(point, 1)
     if args.epochs_run:
         precision = args.run_precision or precisions[-1]
-        timed, peak = _launch(
-            {
-                **base,
-                "mode": "fit",
-                "batch": args.batch_sizes[0],
-                "precision": precision,
-                "epochs": args.epochs_run,
-            },
-            1,
+        point = _point(
+            args, data, mode="fit", batch=batch, precision=precision, epochs=args.epochs_run
         )
+        timed, peak = _launch(point, 1)
         extra["timed_run"] = {**timed, "peak_rss_gib": round(peak, 3)}
         print(json.dumps(extra["timed_run"]), file=sys.stderr, flush=True)
-    command = "python -m bench.train " + shlex.join(sys.argv[1:])
     columns, title = COLUMNS, f"NeuMF training throughput ({args.device})"
     if not rows and "timed_run" in extra:  # --no-steps: the table is the timed run
         rows = [{k: v for k, v in extra["timed_run"].items() if k != "history"}]
         columns, title = RUN_COLUMNS, f"NeuMF {args.epochs_run}-epoch timed run ({args.device})"
-    write_results(
-        args.name, rows, columns, command, extra=extra, results_dir=args.results_dir, title=title
-    )
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.train", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return Results(args.name, rows, columns, title, args.results_dir, extra)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

@@ -1,9 +1,11 @@
 """Training benchmark data: an ETL output directory, or ``ncf synth`` data split in memory.
 
-The synthetic path needs only numpy and torch (it runs on the GPU box, which has no NVTabular):
-``datasets.synth.generate`` (ML-20m-like, planted structure), item ids made contiguous, each user's
-latest rating held out, and 100 evaluation negatives per user drawn uniformly among the items the
-user never rated (with replacement across the 100, as DLE). Cached as .npz under ``work/``.
+The synthetic path needs numpy, pyarrow and torch, not NVTabular (it runs on the GPU box, which
+has none): ``datasets.synth.generate`` (ML-20m-like, planted structure), filtered, encoded and
+split by the ETL's own functions (``workflows``: duplicates and users under ``--min-ratings``
+dropped, ids in ascending raw-id order as ``ncf etl --engine pandas``, each user's latest rating
+held out), and 100 evaluation negatives per user drawn uniformly among the items the user never
+rated (with replacement across the 100, as DLE). Cached as .npz under ``work/``.
 """
 
 from __future__ import annotations
@@ -22,17 +24,49 @@ CACHE_DIR = Path("work/bench-train")
 _KEYS = ("train_users", "train_items", "test_users", "test_items", "eval_negatives")
 
 
-def _split(columns: dict[str, np.ndarray], eval_negatives: int, seed: int) -> dict[str, np.ndarray]:
-    from ncf import names
+def split(
+    columns: dict[str, np.ndarray], eval_negatives: int, seed: int, min_ratings: int | None = None
+) -> dict[str, np.ndarray]:
+    """The training arrays of raw rating columns, split by the ETL's own functions.
 
-    user = columns[names.RAW_USER].astype(np.int64) - 1  # 1..U -> 0..U-1
-    _, item = np.unique(columns[names.RAW_ITEM], return_inverse=True)
-    order = np.lexsort((columns[names.RAW_TIME], user))  # by user, then time
-    user, item = user[order], item[order].astype(np.int64)
-    last = np.flatnonzero(np.r_[user[1:] != user[:-1], True])  # each user's latest row
-    keep = np.ones(user.size, dtype=bool)
-    keep[last] = False
-    n_users, n_items = int(user.max()) + 1, int(item.max()) + 1
+    Parameters
+    ----------
+    columns
+        ``userId``, ``movieId`` and ``timestamp`` arrays (``datasets.synth.generate``'s output).
+    eval_negatives
+        Evaluation negatives per test user, drawn among the items the user never rated.
+    seed
+        Seed of the negatives.
+    min_ratings
+        Users with fewer ratings are dropped (default: ``ncf etl``'s).
+
+    Returns
+    -------
+    dict
+        ``train_users``/``train_items``, ``test_users`` (ascending)/``test_items``, int64
+        ``eval_negatives [n_test, eval_negatives]``, ``num_users``, ``num_items``: dense ids in
+        ascending raw-id order, as ``ncf etl --engine pandas`` assigns them.
+    """
+    from ncf import names
+    from workflows.encoding import sorted_unique_encoding
+    from workflows.etl import EtlOptions, filter_ratings
+    from workflows.io import Ratings
+    from workflows.split import leave_one_out
+
+    source = Path(f"ncf synth (seed {seed})")
+    raw = Ratings(
+        columns[names.RAW_USER], columns[names.RAW_ITEM], columns[names.RAW_TIME], source, "synth"
+    )
+    if min_ratings is None:
+        min_ratings = EtlOptions.min_ratings  # `ncf etl`'s default (a dataclass field default)
+    kept = filter_ratings(raw, min_ratings, eval_negatives)
+    encoding = sorted_unique_encoding(kept.users, kept.items)
+    user = encoding.user.index(kept.user).astype(np.int64)
+    item = encoding.item.index(kept.item).astype(np.int64)
+    test = leave_one_out(user, kept.item, kept.time, encoding.user.size)
+    last = np.flatnonzero(test)
+    last = last[np.argsort(user[last], kind="stable")]  # one test row per user, by user
+    n_users, n_items = encoding.user.size, encoding.item.size
     pos = PositiveSet(torch.from_numpy(user), torch.from_numpy(item), n_users, n_items)
     gen = torch.Generator().manual_seed(seed)
     test_users = torch.from_numpy(user[last])
@@ -40,8 +74,8 @@ def _split(columns: dict[str, np.ndarray], eval_negatives: int, seed: int) -> di
         test_users.repeat_interleave(eval_negatives), "exact", pos, (0, n_items), gen
     )
     return {
-        "train_users": user[keep],
-        "train_items": item[keep],
+        "train_users": user[~test],
+        "train_items": item[~test],
         "test_users": user[last],
         "test_items": item[last],
         "eval_negatives": negs.numpy().reshape(-1, eval_negatives),
@@ -54,13 +88,14 @@ def synthetic(
     scale: float, seed: int = 0, eval_negatives: int = 100, cache: Path = CACHE_DIR
 ) -> Path:
     """Path of the cached split of ``ncf synth`` data at ``scale`` (generated on first use)."""
-    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}.npz"
+    # "etl": split by the ETL's rules (files of the earlier, bench-own split are not reused)
+    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl.npz"
     if path.exists():
         return path
     from datasets.synth import SynthConfig, generate
     from ncf.atomic import write_bytes
 
-    arrays = _split(generate(SynthConfig(scale=scale, seed=seed)), eval_negatives, seed)
+    arrays = split(generate(SynthConfig(scale=scale, seed=seed)), eval_negatives, seed)
     arrays = {k: (v.astype(np.int32) if k in _KEYS else v) for k, v in arrays.items()}
     import io
 

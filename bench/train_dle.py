@@ -31,9 +31,6 @@ def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.T
     return model.final(torch.cat((xmf, x), dim=1)).squeeze(1)
 
 
-DLE_PRECISIONS = {"dle": "fp32", "dle-tf32": "tf32", "dle-amp": "amp"}  # bench name -> mode
-
-
 def time_dle_steps(
     data: EtlData,
     batch: int,

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import write_results
+from bench.entry import BenchError, Results
 
 COLUMNS = (
     "seed",
@@ -31,27 +31,14 @@ COLUMNS = (
 
 def one_seed(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> dict:
     """Train one seed with ``ncf train`` and read its metrics.json."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "ncf.cli",
-        "train",
-        "--data",
-        str(etl),
-        "--out",
-        str(out),
-        "--preset",
-        preset,
-        "--seed",
-        str(seed),
-        "--no-progress",
-        *extra,
-    ]
+    cmd = [sys.executable, "-m", "ncf.cli", "train", "--data", str(etl), "--out", str(out)]
+    cmd += ["--preset", preset, "--seed", str(seed), "--no-progress", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+        sys.stderr.write(proc.stderr[-2000:])
+        raise BenchError(f"{shlex.join(cmd)} failed (exit {proc.returncode}; stderr above)")
     m = json.loads((out / "metrics.json").read_text())
     return {
         "seed": seed,
@@ -73,8 +60,8 @@ def check_preset(
     name: str,
     results_dir: Path,
     extra: list[str] | None = None,
-) -> dict:
-    """Run every seed, add mean and min-max rows, write the results; returns the payload."""
+) -> Results:
+    """Run every seed; their rows, a mean row and a min-max row (``bench.entry`` writes them)."""
     with tempfile.TemporaryDirectory() as tmp:
         rows = [one_seed(etl, preset, s, Path(tmp) / f"seed{s}", extra or []) for s in seeds]
     summary = {}
@@ -91,13 +78,11 @@ def check_preset(
         "seed": "range",
         **{k: f"{v['min']:.4g}-{v['max']:.4g}" for k, v in summary.items()},
     }
-    command = f"python -m bench.train --preset-check {etl} --preset {preset} --seeds {' '.join(map(str, seeds))}"
-    return write_results(
+    return Results(
         name,
         [*rows, mean_row, range_row],
         COLUMNS,
-        command,
+        f"ncf train --preset {preset} on {etl.name}",
+        results_dir,
         extra={"etl_dir": str(etl), "preset": preset, "summary": summary},
-        results_dir=results_dir,
-        title=f"ncf train --preset {preset} on {etl.name}",
     )

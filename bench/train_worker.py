@@ -1,13 +1,17 @@
 """One measurement of ``bench/train.py``, run in a fresh process (or torchrun process group).
 
-Modes: ``steps`` (samples/s of timed optimizer steps; precision ``dle`` times DLE's own step), ``sampling`` (an epoch's negatives, exact vs
-approximate) and ``fit`` (a full timed run: every epoch trained and evaluated, as ``ncf train``).
-Rank 0 writes the result JSON to ``point["result"]``.
+    python -m bench.train_worker POINT.json     # a TrainPoint (bench/train_point.py)
+
+Modes: ``steps`` (samples/s of timed optimizer steps; precision ``dle`` times DLE's own step),
+``sampling`` (an epoch's negatives, exact vs approximate) and ``fit`` (a full timed run: every
+epoch trained and evaluated, as ``ncf train``). Rank 0 writes the result JSON to ``point.result``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +19,8 @@ from pathlib import Path
 import torch
 
 from bench.train_data import load
-from bench.train_dle import DLE_PRECISIONS, time_dle_steps
+from bench.train_dle import time_dle_steps
+from bench.train_point import DLE_PRECISIONS, TrainPoint
 from models.distributed import DistEnv, process_group
 from models.epoch import epoch_generator, plan_epoch
 from models.evaluate import evaluate_itempop
@@ -25,6 +30,8 @@ from models.runtime import configure, default_threads
 from models.sampling import PositiveSet
 from models.trainer import RunOptions, Trainer
 from ncf.dllog import DLLogger
+
+PROG = "python -m bench.train_worker"
 
 
 def _sync(env: DistEnv) -> None:
@@ -110,60 +117,74 @@ def timed_fit(tr: Trainer, out: Path) -> dict:
     }
 
 
-def build_trainer(point: dict, env: DistEnv, tmp: Path) -> Trainer:
-    """Our ``Trainer`` on ``point["data"]`` at ``point["precision"]`` (runtime configured)."""
-    precision = point["precision"]
+def build_trainer(point: TrainPoint, env: DistEnv, tmp: Path) -> Trainer:
+    """Our ``Trainer`` on ``point.data`` at ``point.precision`` (runtime configured)."""
     configure(
         env.device,
         default_threads(env.local_world_size),
         deterministic=False,
-        tf32=precision == "tf32",
+        tf32=point.precision == "tf32",
     )
-    data = load(point["data"], env.device)
-    cfg = TrainConfig(
-        batch_size=point["batch"],
-        micro_batch=point.get("micro_batch", 0),
-        epochs=point.get("epochs", 30),
-    )
-    opts = RunOptions(out=tmp, etl_dir=Path(point["data"]), amp=precision in ("bf16", "amp"))
+    data = load(point.data, env.device)
+    epochs = {"epochs": point.epochs} if point.epochs else {}  # 0: TrainConfig's default
+    cfg = TrainConfig(batch_size=point.batch, micro_batch=point.micro_batch, **epochs)
+    amp = point.precision in ("bf16", "amp")
+    opts = RunOptions(out=tmp, etl_dir=Path(point.data), amp=amp)
     return Trainer(data, cfg, env, opts)
 
 
-def _ours(point: dict, env: DistEnv, tmp: Path) -> dict:
+def _ours(point: TrainPoint, env: DistEnv, tmp: Path) -> dict:
     """Our step at the point's precision: steps, sampling or a timed fit."""
     tr = build_trainer(point, env, tmp)
     if env.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(env.device)
-    if point["mode"] == "steps":
-        return time_steps(tr, point["warmup"], point["steps"])
-    if point["mode"] == "sampling":
+    if point.mode == "steps":
+        return time_steps(tr, point.warmup, point.steps)
+    if point.mode == "sampling":
         return time_sampling(tr)
     return timed_fit(tr, tmp)
 
 
-def _dle(point: dict, env: DistEnv) -> dict:
+def _dle(point: TrainPoint, env: DistEnv) -> dict:
     """DLE's own step: none of our runtime settings."""
     torch.set_num_threads(default_threads(env.local_world_size))
-    data = load(point["data"], env.device)
-    mode = DLE_PRECISIONS[point["precision"]]
-    return time_dle_steps(data, point["batch"], point["warmup"], point["steps"], env.device, mode)
+    data = load(point.data, env.device)
+    mode = DLE_PRECISIONS[point.precision]
+    return time_dle_steps(data, point.batch, point.warmup, point.steps, env.device, mode)
 
 
-def work(point: dict) -> int:
-    """Run the measurement ``point`` describes (see bench/train.py)."""
-    with process_group(point["device"]) as env, tempfile.TemporaryDirectory() as tmp:
-        if point["precision"] in DLE_PRECISIONS:
+def work(point: TrainPoint) -> int:
+    """Run the measurement ``point`` describes; rank 0 writes the result to ``point.result``."""
+    with process_group(point.device) as env, tempfile.TemporaryDirectory() as tmp:
+        if point.precision in DLE_PRECISIONS:
             res = _dle(point, env)
         else:
             res = _ours(point, env, Path(tmp))
         res.update(
             device=str(env.device),
-            batch=point["batch"],
-            precision=point["precision"],
+            batch=point.batch,
+            precision=point.precision,
             world_size=env.world_size,
         )
         if env.device.type == "cuda":
             res["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated(env.device) / 2**30, 3)
-        if env.is_main:
-            Path(point["result"]).write_text(json.dumps(res))
+        if env.is_main and point.result:
+            Path(point.result).write_text(json.dumps(res))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.train_worker POINT.json``: one line and exit code 2 for a bad point."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("point", type=Path, help="TrainPoint JSON, as bench.train writes it")
+    args = parser.parse_args(argv)
+    try:
+        point = TrainPoint.load(args.point)
+    except (ValueError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    return work(point)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,12 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, write_results
+from bench import entry
+from bench.common import RESULTS_DIR
+from bench.entry import BenchError, Plot, Results
+from bench.pa_input import pa_input_data
 from ncf import names
+from serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
 from serving.server import COMPOSING_MODELS
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
-Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
 
 COLUMNS = (
     "model",
@@ -56,6 +59,8 @@ COLUMNS = (
     "errors",
 )
 MODELS = (names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND)
+# auto: perf_analyzer when it runs here, else the project's own tritonclient threads
+GENERATORS = ("auto", "perf_analyzer", "tritonclient")
 # Models each benchmarked model calls (they must be loaded too).
 COMPOSING = {m: COMPOSING_MODELS.get(m, ()) for m in MODELS}
 # Models whose statistics add up to a request's server time: an ensemble has no compute of its
@@ -65,42 +70,6 @@ STATS_MODELS = {
     names.MODEL_ENSEMBLE: (names.MODEL_ENSEMBLE, names.MODEL_WORKFLOW, names.MODEL_NEUMF),
     names.MODEL_RECOMMEND: (names.MODEL_RECOMMEND,),
 }
-
-
-class IdPool:
-    """Valid ids of an exported repository: model-id ranges and raw-id vocabularies.
-
-    Read from ``workflow/1/`` (``manifest.json`` "ids" and ``vocab.npz``), as ``ncf export``
-    writes them.
-    """
-
-    def __init__(self, repo: str | Path):
-        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
-        manifest = vdir / names.MANIFEST_FILE
-        if not manifest.is_file():
-            raise FileNotFoundError(
-                f"{manifest} not found: run `ncf export ... --repo {repo}` first"
-            )
-        ids = json.loads(manifest.read_text(encoding="utf-8"))["ids"]
-        self.users, self.items = tuple(ids["user_id_range"]), tuple(ids["item_id_range"])
-        with np.load(vdir / names.ARTIFACT_VOCAB) as z:
-            self.raw_users, self.raw_items = z["user_raw"], z["item_raw"]
-
-    def inputs(self, model: str, batch: int, k: int, rng: np.random.Generator) -> Inputs:
-        """One request's inputs for ``model``: ``[batch, 1]`` int64 ids (``recommend``: one user)."""
-        if model == names.MODEL_NEUMF:
-            u = rng.integers(*self.users, size=(batch, 1), dtype=np.int64)
-            i = rng.integers(*self.items, size=(batch, 1), dtype=np.int64)
-            return [(names.INPUT_USER, u, "INT64"), (names.INPUT_ITEM, i, "INT64")]
-        if model == names.MODEL_ENSEMBLE:
-            u = rng.choice(self.raw_users, size=(batch, 1)).astype(np.int64)
-            i = rng.choice(self.raw_items, size=(batch, 1)).astype(np.int64)
-            return [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
-        user = np.array([[rng.choice(self.raw_users)]], dtype=np.int64)
-        return [
-            (names.INPUT_RAW_USER, user, "INT64"),
-            (names.INPUT_K, np.array([[k]], np.int64), "INT64"),
-        ]
 
 
 # -- server statistics ------------------------------------------------------------------------
@@ -116,9 +85,7 @@ class ServerStats:
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """``{model: {"count": successes, "<field>_ns": total ns}}`` summed over versions."""
-        import tritonclient.http as httpclient
-
-        client = httpclient.InferenceServerClient(self.http_url)
+        _, client = connect("http", self.http_url)
         try:
             out = {}
             for m in self.models:
@@ -148,23 +115,6 @@ class ServerStats:
 
 
 # -- the project's own load generator ---------------------------------------------------------
-
-
-def _client(protocol: str, url: str):
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
-    return module, module.InferenceServerClient(url)
-
-
-def _prepared(module, inputs: Inputs) -> list:
-    tensors = []
-    for name, array, dtype in inputs:
-        t = module.InferInput(name, list(array.shape), dtype)
-        t.set_data_from_numpy(array)
-        tensors.append(t)
-    return tensors
 
 
 class _Shared:
@@ -209,9 +159,9 @@ def _load_thread(
     shared: _Shared,
 ) -> None:
     """Send requests back to back until the window closes (or the shared cap is reached)."""
-    module, client = _client(protocol, url)
+    module, client = connect(protocol, url)
     try:
-        prepared = [_prepared(module, r) for r in requests]
+        prepared = [infer_inputs(module, r) for r in requests]
         start.wait()
         n = 0
         while shared.take():
@@ -253,7 +203,7 @@ def run_threads(
         t.join(timeout=warmup + duration + 120)
     lat = np.asarray(shared.latencies)
     if lat.size == 0:
-        raise RuntimeError(f"{model} over {protocol}: no request succeeded ({shared.errors[:3]})")
+        raise BenchError(f"{model} over {protocol}: no request succeeded ({shared.errors[:3]})")
     window = max(shared.last_done - shared.measure_from, 1e-9)
     batch = 1 if model == names.MODEL_RECOMMEND else requests[0][0][1].shape[0]
     p50, p90, p99 = np.percentile(lat, [50, 90, 99]) * 1e3
@@ -279,20 +229,6 @@ def pa_available(pa: Path) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and b"Perf Analyzer" in proc.stdout + proc.stderr
-
-
-def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
-    """perf_analyzer ``--input-data`` JSON: ``n`` batch-1 entries of real ids (its random int64
-    inputs would index outside the embeddings)."""
-    rng = np.random.default_rng(seed)
-    data = []
-    for _ in range(n):
-        entry = {}
-        for name, array, _dtype in pool.inputs(model, 1, k, rng):
-            shape = list(array.shape[1:]) if model != names.MODEL_RECOMMEND else list(array.shape)
-            entry[name] = {"content": array.ravel().tolist(), "shape": shape}
-        data.append(entry)
-    return {"data": data}
 
 
 def run_perf_analyzer(
@@ -339,7 +275,7 @@ def run_perf_analyzer(
             cmd, capture_output=True, text=True, timeout=duration * 10 + 60, check=False
         )
         if proc.returncode != 0 or not report.exists():
-            raise RuntimeError(
+            raise BenchError(
                 f"perf_analyzer failed ({proc.returncode}): {shlex.join(cmd)}\n"
                 f"{(proc.stdout + proc.stderr)[-2000:]}"
             )
@@ -385,19 +321,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="exported model repository (`ncf export --repo`)",
     )
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    p.add_argument("--protocols", nargs="+", default=["http", "grpc"], choices=("http", "grpc"))
+    p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 1024])
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
     p.add_argument("--duration", type=float, default=3.0, help="measured seconds per point")
     p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds per point first")
-    p.add_argument(
-        "--max-requests", type=int, default=100_000, help="cap per point (own generator)"
-    )
+    p.add_argument("--max-requests", type=int, default=100_000, help="cap per point (threads)")
     p.add_argument("--k", type=int, default=10, help="recommendations per `recommend` request")
     p.add_argument(
         "--generator",
         default="auto",
-        choices=("auto", "perf_analyzer", "tritonclient"),
+        choices=GENERATORS,
         help="auto: perf_analyzer when it runs here, else the tritonclient threads",
     )
     p.add_argument(
@@ -482,7 +416,7 @@ def measure(
     return row
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Results:
     from serving.server import TritonServer
 
     _validate(args)
@@ -513,46 +447,24 @@ def run(args: argparse.Namespace) -> int:
         "perf_analyzer_failures": pa_failures,
         "loadavg_1m_at_end": round(os.getloadavg()[0], 2),  # > cores: timings are contended
     }
-    command = "python -m bench.triton " + shlex.join(sys.argv[1:])
-    write_results(
-        args.name,
-        rows,
-        COLUMNS,
-        command,
-        extra=extra,
-        results_dir=args.results_dir,
-        title="Triton serving (CPU, python backend)",
-    )
-    if not args.no_plot:
-        _plot(rows, args.results_dir / f"{args.name}.png")
-    return 0
-
-
-def _plot(rows: list[dict], path: Path) -> None:
-    from bench.plots import line_plot
-
-    line_plot(
-        rows,
+    plot = Plot(
         x="concurrency",
         y="samples_per_s",
         series=("model", "protocol", "batch"),
-        path=path,
         title="Triton: throughput and p99 latency vs concurrency",
         logy=True,
         y2="lat_p99_ms",
     )
-    print(f"wrote {path}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.triton", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as exc:
-        print(f"bench.triton: error: {exc}", file=sys.stderr)
-        return 2
+    return Results(
+        args.name,
+        rows,
+        COLUMNS,
+        "Triton serving (CPU, python backend)",
+        args.results_dir,
+        extra,
+        plot,
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

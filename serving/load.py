@@ -10,7 +10,6 @@ moved after warm-up, and whether the server still answers afterwards. The test r
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ncf import names
+from serving.client import Connection, IdPool, Inputs, connect, infer
 from serving.server import server_rss_bytes
 
 
@@ -27,46 +27,41 @@ from serving.server import server_rss_bytes
 class Request:
     kind: str
     model: str
-    inputs: list[tuple[str, np.ndarray, str]]  # (name, array, Triton dtype)
+    inputs: Inputs
     outputs: list[str]
     valid: bool
 
 
-Built = tuple[str, list[tuple[str, np.ndarray, str]], list[str]]  # (model, inputs, outputs)
+Built = tuple[str, Inputs, list[str]]  # (model, inputs, outputs)
 
 
 class RequestMaker:
-    """Builds random requests from the ids in an exported repository (manifest + vocab.npz)."""
+    """Builds random requests from the ids in an exported repository (``serving.client.IdPool``)."""
 
     def __init__(self, repo: str | Path, max_batch_size: int):
-        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
-        meta = json.loads((vdir / names.MANIFEST_FILE).read_text(encoding="utf-8"))["ids"]
-        with np.load(vdir / names.ARTIFACT_VOCAB) as z:
-            self.raw_users, self.raw_items = z["user_raw"], z["item_raw"]
-        self.users, self.items = meta["user_id_range"], meta["item_id_range"]
-        self.num_users = meta["num_users"]
+        self.pool = pool = IdPool(repo)
         self.max_batch = max_batch_size
-        unknown_user = int(self.raw_users.max()) + 1
+        unknown_user = int(pool.raw_users.max()) + 1
         self.valid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
             "neumf_b1": lambda r: self._neumf(r, 1),
             "neumf_b256": lambda r: self._neumf(r, 256),
             "ensemble_b64": lambda r: self._raw(r, names.MODEL_ENSEMBLE, 64),
             "workflow_b64": lambda r: self._raw(r, names.MODEL_WORKFLOW, 64),
-            "recommend_k10": lambda r: self._recommend(int(r.choice(self.raw_users)), 10),
+            "recommend_k10": lambda r: self._recommend(int(r.choice(pool.raw_users)), 10),
         }
         self.invalid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
-            "neumf_out_of_range_id": lambda r: self._neumf(r, 8, user=self.num_users),
+            "neumf_out_of_range_id": lambda r: self._neumf(r, 8, user=pool.num_users),
             "neumf_wrong_dtype": lambda r: self._neumf(r, 8, dtype="INT32"),
             "neumf_wrong_shape": lambda r: self._neumf(r, 8, width=2),
             "neumf_over_max_batch": lambda r: self._neumf(r, self.max_batch + 1),
             "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
-            "recommend_k0": lambda r: self._recommend(int(self.raw_users[0]), 0),
+            "recommend_k0": lambda r: self._recommend(int(pool.raw_users[0]), 0),
         }
 
     def _neumf(self, rng, b, user=None, dtype="INT64", width=1) -> Built:
-        shape = (b, width)
-        u = rng.integers(*self.users, size=shape) if user is None else np.full(shape, user)
-        i = rng.integers(*self.items, size=shape)
+        u, i = self.pool.model_ids(rng, b, width)
+        if user is not None:
+            u = np.full_like(u, user)
         np_dtype = np.int64 if dtype == "INT64" else np.int32
         inputs = [
             (names.INPUT_USER, u.astype(np_dtype), dtype),
@@ -75,18 +70,15 @@ class RequestMaker:
         return names.MODEL_NEUMF, inputs, [names.OUTPUT_SCORE]
 
     def _raw(self, rng, model, b) -> Built:
-        u = rng.choice(self.raw_users, size=(b, 1)).astype(np.int64)
-        i = rng.choice(self.raw_items, size=(b, 1)).astype(np.int64)
-        i[0, 0] = self.raw_items.max() + 1  # an unseen movie: flagged known=false, not an error
+        u, i = self.pool.raw_ids(rng, b)
+        # an unseen movie: flagged known=false, not an error
+        i[0, 0] = self.pool.raw_items.max() + 1
         extra = [names.OUTPUT_SCORE] if model == names.MODEL_ENSEMBLE else []
         inputs = [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
         return model, inputs, [names.OUTPUT_KNOWN, *extra]
 
     def _recommend(self, raw_user, k) -> Built:
-        inputs = [
-            (names.INPUT_RAW_USER, np.array([[raw_user]], dtype=np.int64), "INT64"),
-            (names.INPUT_K, np.array([[k]], dtype=np.int64), "INT64"),
-        ]
+        inputs = IdPool.recommend_inputs(raw_user, k)
         return names.MODEL_RECOMMEND, inputs, [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES]
 
     def make(self, rng: np.random.Generator, invalid_fraction: float) -> Request:
@@ -99,26 +91,6 @@ class RequestMaker:
 
 # gRPC status codes that mean "the request never got an answer", not "the server rejected it".
 _TRANSPORT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN")
-
-
-def _client(protocol: str, url: str):
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
-    return module, module.InferenceServerClient(url)
-
-
-def send(module, client, request: Request) -> dict[str, np.ndarray]:
-    """Send ``request`` with a tritonclient ``module`` (http or grpc) and return its outputs."""
-    inputs = []
-    for name, array, dtype in request.inputs:
-        tensor = module.InferInput(name, list(array.shape), dtype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    outputs = [module.InferRequestedOutput(o) for o in request.outputs]
-    result = client.infer(request.model, inputs, outputs=outputs)
-    return {o: result.as_numpy(o) for o in request.outputs}
 
 
 def output_problem(request: Request, out: dict[str, np.ndarray]) -> str | None:
@@ -135,38 +107,48 @@ def output_problem(request: Request, out: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-class _Stats:
+class LoadStats:
+    """Counts, failure messages and latencies of one run, shared by every worker thread.
+
+    Each update is a read-modify-write of several fields (a count, a list, a dict of lists), so
+    every update holds ``lock``: the report must add up to the requests actually sent.
+    """
+
+    KEYS = ("valid_ok", "valid_failed", "invalid_rejected", "invalid_accepted", "transport_errors")
+
     def __init__(self) -> None:
-        self.counts = {
-            "valid_ok": 0,
-            "valid_failed": 0,
-            "invalid_rejected": 0,
-            "invalid_accepted": 0,
-        }
-        self.counts["transport_errors"] = 0
+        self.lock = threading.Lock()
+        self.counts = dict.fromkeys(self.KEYS, 0)
         self.failures: list[str] = []
         self.latency: dict[str, list[float]] = {}
 
     def add(self, request: Request, seconds: float, problem: str | None, rejected: bool) -> None:
         """Count one answered request; ``problem`` is None for a correct answer."""
-        self.latency.setdefault(request.kind, []).append(seconds)
-        if request.valid:
-            self.counts["valid_failed" if problem else "valid_ok"] += 1
-            if problem:
-                self.failures.append(problem)
-        elif rejected:
-            self.counts["invalid_rejected"] += 1
-        else:
-            self.counts["invalid_accepted"] += 1
-            self.failures.append(f"{request.kind}: the invalid request was accepted")
+        with self.lock:
+            self.latency.setdefault(request.kind, []).append(seconds)
+            if request.valid:
+                self.counts["valid_failed" if problem else "valid_ok"] += 1
+                if problem:
+                    self.failures.append(problem)
+            elif rejected:
+                self.counts["invalid_rejected"] += 1
+            else:
+                self.counts["invalid_accepted"] += 1
+                self.failures.append(f"{request.kind}: the invalid request was accepted")
+
+    def transport_error(self, problem: str) -> None:
+        """Count a request that got no answer at all (the connection failed)."""
+        with self.lock:
+            self.counts["transport_errors"] += 1
+            self.failures.append(problem)
 
 
-def _one(module, client, request: Request) -> tuple[str | None, bool, bool]:
+def _one(conn: Connection, request: Request) -> tuple[str | None, bool, bool]:
     """(problem, rejected by the server, transport error) of one request."""
     from tritonclient.utils import InferenceServerException
 
     try:
-        out = send(module, client, request)
+        out = infer(conn, request.model, request.inputs, request.outputs)
     except InferenceServerException as exc:
         transport = any(t in str(exc.status()) for t in _TRANSPORT)
         return f"{request.kind}: {exc}", not transport, transport
@@ -175,21 +157,20 @@ def _one(module, client, request: Request) -> tuple[str | None, bool, bool]:
     return (output_problem(request, out) if request.valid else None), False, False
 
 
-def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: _Stats) -> None:
+def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: LoadStats) -> None:
     rng = np.random.default_rng([seed, n])
-    module, client = _client(protocol, url)
+    conn = connect(protocol, url)
     try:
         while time.monotonic() < deadline:
             request = maker.make(rng, invalid_fraction)
             t = time.perf_counter()
-            problem, rejected, transport = _one(module, client, request)
+            problem, rejected, transport = _one(conn, request)
             if transport:
-                stats.counts["transport_errors"] += 1
-                stats.failures.append(problem or "transport error")
+                stats.transport_error(problem or "transport error")
                 continue
             stats.add(request, time.perf_counter() - t, problem, rejected)
     finally:
-        client.close()
+        conn[1].close()
 
 
 def _percentiles(latency: dict[str, list[float]]) -> dict[str, dict]:
@@ -241,7 +222,7 @@ def run_load(
     warmup_s = 0.2 * duration_s if warmup_s is None else warmup_s
     start = time.monotonic()
     deadline = start + duration_s
-    stats = [_Stats() for _ in range(concurrency)]
+    stats = LoadStats()
     threads = [
         threading.Thread(
             target=_worker,
@@ -253,7 +234,7 @@ def run_load(
                 deadline,
                 invalid_fraction,
                 seed,
-                stats[n],
+                stats,
             ),
             daemon=True,
         )
@@ -270,19 +251,16 @@ def run_load(
     return _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end)
 
 
-def _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end) -> dict:
-    import tritonclient.http as http
-
-    counts = {k: sum(s.counts[k] for s in stats) for k in stats[0].counts}
-    latency: dict[str, list[float]] = {}
-    for s in stats:
-        for kind, values in s.latency.items():
-            latency.setdefault(kind, []).extend(values)
-    with http.InferenceServerClient(http_url) as client:
+def _report(stats: LoadStats, maker, http_url, elapsed, concurrency, rss_warm, rss_end) -> dict:
+    counts = dict(stats.counts)
+    conn = connect("http", http_url)
+    try:
         request = Request(
             "after", *maker.valid_kinds["neumf_b1"](np.random.default_rng(0)), valid=True
         )
-        problem, _, _ = _one(http, client, request)
+        problem, _, _ = _one(conn, request)
+    finally:
+        conn[1].close()
     rss_ratio = rss_end / rss_warm
     report = {
         "duration_s": round(elapsed, 2),
@@ -290,8 +268,8 @@ def _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end) -> 
         **counts,
         "requests": sum(counts.values()),
         "requests_per_s": round(sum(counts.values()) / elapsed, 1),
-        "failures": [f for s in stats for f in s.failures][:20],
-        "latency": _percentiles(latency),
+        "failures": stats.failures[:20],
+        "latency": _percentiles(stats.latency),
         "rss_after_warmup_bytes": rss_warm,
         "rss_end_bytes": rss_end,
         "rss_ratio": round(rss_ratio, 4),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench import inference
+from bench import entry, inference
 from models.neumf import NeuMF, NeuMFConfig
 from serving.served import ServingNeuMF
 
@@ -99,7 +99,7 @@ def test_bench_writes_results_for_a_checkpoint(tiny: NeuMF, tmp_path: Path) -> N
         "--results-dir",
         str(tmp_path / "res"),
     ]
-    assert inference.main(argv) == 0
+    assert entry.main(inference, argv) == 0
     payload = json.loads((tmp_path / "res" / "inference.json").read_text())
     rows = payload["rows"]
     assert [(r["backend"], r["batch"]) for r in rows] == [
@@ -115,14 +115,17 @@ def test_bench_writes_results_for_a_checkpoint(tiny: NeuMF, tmp_path: Path) -> N
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
-    assert inference.main(["--checkpoint", str(tmp_path / "none.pt")]) == 2
-    assert "none.pt: no such checkpoint" in capsys.readouterr().err
-    assert inference.main(["--batch-sizes", "0", "--results-dir", str(tmp_path)]) == 2
-    assert "--batch-sizes [0]" in capsys.readouterr().err
+    def err(argv: list[str]) -> str:
+        assert entry.main(inference, argv) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m bench.inference: error: ")
+        return lines[0]
+
+    assert "none.pt: no such checkpoint" in err(["--checkpoint", str(tmp_path / "none.pt")])
+    assert "--batch-sizes [0]" in err(["--batch-sizes", "0", "--results-dir", str(tmp_path)])
     bad = tmp_path / "bad.pt"
     torch.save({"weights": 1}, bad)
-    assert inference.main(["--checkpoint", str(bad)]) == 2
-    assert "bad.pt: no 'model' entry" in capsys.readouterr().err
+    assert "bad.pt: no 'model' entry" in err(["--checkpoint", str(bad)])
 
 
 @pytest.mark.cuda
@@ -156,6 +159,6 @@ def test_cuda_precisions_score_like_fp32(tiny: NeuMF, tmp_path: Path) -> None:
         str(tmp_path),
         "--no-plot",
     ]
-    assert inference.main(argv) == 0
+    assert entry.main(inference, argv) == 0
     rows = json.loads((tmp_path / "inference.json").read_text())["rows"]
     assert {r["precision"] for r in rows} == set(inference.default_precisions("cuda"))

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import triton
+from bench import entry, triton
+from bench.pa_input import pa_input_data
 from ncf import names
+from serving.client import IdPool
 
 pytest.importorskip("nvtabular")  # the repository fixture fits a real NVTabular Workflow
 
@@ -29,7 +31,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_id_pool_makes_valid_requests(repo: Path) -> None:
-    pool = triton.IdPool(repo)
+    pool = IdPool(repo)
     rng = np.random.default_rng(0)
     (_, u, _), (_, i, _) = pool.inputs(names.MODEL_NEUMF, 500, 10, rng)
     assert u.shape == (500, 1) and pool.users[0] <= u.min() and u.max() < pool.users[1]
@@ -38,7 +40,7 @@ def test_id_pool_makes_valid_requests(repo: Path) -> None:
     assert np.isin(raw, pool.raw_users).all()
     user, k = pool.inputs(names.MODEL_RECOMMEND, 1, 7, rng)
     assert user[1].shape == (1, 1) and k[1].tolist() == [[7]]
-    data = triton.pa_input_data(pool, names.MODEL_NEUMF, 10, n=3, seed=0)["data"]
+    data = pa_input_data(pool, names.MODEL_NEUMF, 10, n=3, seed=0)["data"]
     assert len(data) == 3 and data[0][names.INPUT_USER]["shape"] == [1]
 
 
@@ -79,7 +81,7 @@ def test_bench_runs_every_model_and_protocol(repo: Path, tmp_path: Path) -> None
         str(tmp_path),
         "--no-plot",
     ]
-    assert triton.main(argv) == 0
+    assert entry.main(triton, argv) == 0
     payload = json.loads((tmp_path / "triton.json").read_text())
     got = [(r["model"], r["protocol"], r["batch"]) for r in payload["rows"]]
     assert got == [
@@ -118,6 +120,6 @@ def test_perf_analyzer_point(repo: Path, tmp_path: Path) -> None:
         str(tmp_path),
         "--no-plot",
     ]
-    assert triton.main(argv) == 0
+    assert entry.main(triton, argv) == 0
     (row,) = json.loads((tmp_path / "triton.json").read_text())["rows"]
     assert row["generator"] == "perf_analyzer 2.51 (grpc)" and row["samples_per_s"] > 0

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench import profile_step
+from bench import entry, profile_step
+from tests.models.conftest import parse
 
 
 def _evt(key, count, cpu_us, device_us=0.0, device_type=torch.autograd.DeviceType.CPU):
@@ -50,7 +51,7 @@ def test_op_table_on_a_gpu_counts_each_kernel_once():
 
 def test_profiles_real_steps(etl_dir: Path, tmp_path: Path):
     argv = ["--data", str(etl_dir), "--batch", "512", "--warmup", "1", "--steps", "2"]
-    assert profile_step.main([*argv, "--results-dir", str(tmp_path)]) == 0
+    assert entry.main(profile_step, [*argv, "--results-dir", str(tmp_path)]) == 0
     payload = json.loads((tmp_path / "profile_step.json").read_text())
     ops = {r["op"] for r in payload["rows"]}
     assert {"aten::addmm", "aten::mm"} & ops  # the MLP's matmuls are among the top operators
@@ -59,6 +60,8 @@ def test_profiles_real_steps(etl_dir: Path, tmp_path: Path):
 
 
 @pytest.mark.parametrize("bad", [["--steps", "0"], ["--batch", "0"]])
-def test_bad_arguments_are_refused(bad: list[str], tmp_path: Path):
+def test_bad_arguments_are_refused(bad: list[str], tmp_path: Path, capsys):
+    assert entry.main(profile_step, ["--data", str(tmp_path), *bad]) == 2
+    assert "python -m bench.profile_step: error: " in capsys.readouterr().err
     with pytest.raises(ValueError, match="need steps >= 1"):
-        profile_step.main(["--data", str(tmp_path), *bad])
+        profile_step.run(parse(profile_step, ["--data", tmp_path, *bad]))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import entry
 from bench import train as bench_train
 from bench.train_dle import time_dle_steps
 from models.data import load_etl
@@ -31,7 +32,7 @@ def test_points_sampling_and_timed_run(etl_dir: Path, tmp_path: Path):
         "--results-dir",
         str(tmp_path),
     ]
-    assert bench_train.main(argv) == 0
+    assert entry.main(bench_train, argv) == 0
     payload = json.loads((tmp_path / "train.json").read_text())
     rows = payload["rows"]
     assert [(r["procs"], r["batch"], r["precision"]) for r in rows] == [

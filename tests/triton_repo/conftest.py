@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from models.checkpoint import load_model
+from serving.client import connect
 from serving.export import ServingNeuMF, export_repository
 from serving.server import TritonServer
 from tests.triton_repo import etl_fixture
@@ -58,13 +59,6 @@ def server(repo: Path) -> Iterator[TritonServer]:
 @pytest.fixture(params=["http", "grpc"])
 def client(request: pytest.FixtureRequest, server: TritonServer):
     """(tritonclient module, connected client) for each protocol; closed after the test."""
-    if request.param == "http":
-        import tritonclient.http as module
-
-        conn = module.InferenceServerClient(server.http_url)
-    else:
-        import tritonclient.grpc as module
-
-        conn = module.InferenceServerClient(server.grpc_url)
+    module, conn = connect(request.param, getattr(server, f"{request.param}_url"))
     yield module, conn
     conn.close()

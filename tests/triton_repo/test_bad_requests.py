@@ -9,7 +9,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from ncf import names
-from tests.triton_repo.clients import infer
+from serving.client import infer, infer_inputs
 
 pytestmark = pytest.mark.triton
 
@@ -114,10 +114,7 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(server, slow_batcher):
     with grpc.InferenceServerClient(server.grpc_url) as conn:
         before = executions(conn)
         for key, user in enumerate([5, 10**6, 6, 7] * 8):
-            tensors = []
-            for name, array in _ids(16, user=user).items():
-                tensors.append(grpc.InferInput(name, list(array.shape), "INT64"))
-                tensors[-1].set_data_from_numpy(array)
+            tensors = infer_inputs(grpc, _ids(16, user=user))
             conn.async_infer(names.MODEL_NEUMF, tensors, done(key))
         deadline = time.monotonic() + 30
         while len(results) < 32 and time.monotonic() < deadline:

@@ -1,15 +1,85 @@
-"""A short bounded mixed load (the long one is `ncf bench`): nothing valid fails, nothing invalid
+"""The load generator: its shared counters under concurrent updates, and a short bounded mixed
+load on a real server (the long one is `ncf bench soak`): nothing valid fails, nothing invalid
 passes, memory stays flat, and the server answers afterwards."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
+import numpy as np
 import pytest
 
-from serving.load import run_load
+from serving.load import LoadStats, Request, run_load
 
-pytestmark = pytest.mark.triton
+THREADS, UPDATES = 8, 2_000
 
 
+def _request(kind: str, valid: bool) -> Request:
+    return Request(kind, "neumf", [("user_id", np.zeros((1, 1), np.int64), "INT64")], [], valid)
+
+
+def _hammer(stats: LoadStats, n: int) -> None:
+    """Every kind of update, UPDATES times each, from thread ``n``."""
+    ok, bad = _request("ok", True), _request(f"bad{n}", False)
+    for i in range(UPDATES):
+        stats.add(ok, 0.001, None, rejected=False)  # valid_ok
+        stats.add(ok, 0.001, f"wrong {i}", rejected=False)  # valid_failed
+        stats.add(bad, 0.002, "rejected", rejected=True)  # invalid_rejected
+        stats.add(bad, 0.002, None, rejected=False)  # invalid_accepted
+        stats.transport_error("connection reset")
+
+
+def test_counters_add_up_under_many_threads():
+    """THREADS x UPDATES updates of each kind, all started together with a thread switch forced
+    every microsecond: every count is exactly THREADS * UPDATES, every list as long."""
+    stats = LoadStats()
+    start = threading.Barrier(THREADS)
+
+    def worker(n: int) -> None:
+        start.wait()
+        _hammer(stats, n)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    total = THREADS * UPDATES
+    assert stats.counts == dict.fromkeys(LoadStats.KEYS, total)
+    assert len(stats.failures) == 3 * total  # valid_failed, invalid_accepted, transport
+    assert len(stats.latency["ok"]) == 2 * total
+    assert [len(stats.latency[f"bad{n}"]) for n in range(THREADS)] == [2 * UPDATES] * THREADS
+
+
+def test_every_update_waits_for_the_lock():
+    """While the lock is held no update lands; released, every blocked update does."""
+    stats = LoadStats()
+    updates = [
+        lambda: stats.add(_request("ok", True), 0.001, None, rejected=False),
+        lambda: stats.add(_request("bad", False), 0.001, "no", rejected=True),
+        lambda: stats.transport_error("reset"),
+    ]
+    threads = [threading.Thread(target=u) for u in updates]
+    with stats.lock:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=0.2)  # a fixed wait: an update that ignores the lock is done by now
+        assert all(t.is_alive() for t in threads)
+        assert stats.counts == dict.fromkeys(LoadStats.KEYS, 0) and not stats.latency
+    for t in threads:
+        t.join()
+    assert (stats.counts["valid_ok"], stats.counts["invalid_rejected"]) == (1, 1)
+    assert stats.counts["transport_errors"] == 1 and stats.failures == ["reset"]
+
+
+@pytest.mark.triton
 def test_short_mixed_load(server, repo):
     report = run_load(
         server.http_url,
@@ -26,4 +96,6 @@ def test_short_mixed_load(server, repo):
     kinds = set(report["latency"])
     assert {"neumf_wrong_dtype", "neumf_over_max_batch", "recommend_unknown_user"} <= kinds
     assert abs(report["rss_ratio"] - 1) <= 0.10, report
+    answered = sum(k["n"] for k in report["latency"].values())  # one latency per answer
+    assert answered == report["requests"] - report["transport_errors"]
     assert report["answers_after"] and report["passed"]

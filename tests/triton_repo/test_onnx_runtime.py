@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ncf import names
+from serving.client import infer
 from serving.server import TritonServer
-from tests.triton_repo.clients import infer
 
 pytestmark = pytest.mark.triton
 

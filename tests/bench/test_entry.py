@@ -1,0 +1,119 @@
+"""bench/entry.py: every bench module runs through it, its results record the command as the user
+typed it (``python -m bench.X ...`` or ``ncf bench X ...``), and its errors are one line."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import cli as bench_cli
+from bench import entry, soak
+from ncf import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["bench.readme", "bench.pa_input"]
+
+
+def _tiny_inference(results: Path) -> list[str]:
+    """A few milliseconds of eager scoring of a random 50 x 40 model (a space in the path)."""
+    return [
+        "--num-users",
+        "50",
+        "--num-items",
+        "40",
+        "--batch-sizes",
+        "1",
+        "--backends",
+        "eager",
+        "--precisions",
+        "fp32",
+        "--warmup",
+        "0",
+        "--min-iters",
+        "1",
+        "--max-iters",
+        "2",
+        "--results-dir",
+        str(results),
+        "--no-plot",
+    ]
+
+
+def _recorded(results: Path, name: str) -> tuple[str, str]:
+    payload = json.loads((results / f"{name}.json").read_text())
+    return payload["command"], (results / f"{name}.md").read_text()
+
+
+def test_python_m_records_python_m(tmp_path: Path) -> None:
+    results = tmp_path / "res ults"
+    argv = _tiny_inference(results)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.inference", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    command, md = _recorded(results, "inference")
+    assert command == "python -m bench.inference " + shlex.join(argv)
+    assert shlex.split(command)[3:] == argv and f"`{command}`" in md
+
+
+def test_ncf_bench_records_ncf_bench(tmp_path: Path) -> None:
+    results = tmp_path / "res ults"
+    argv = _tiny_inference(results)
+    assert cli.main(["bench", "inference", *argv]) == 0
+    command, md = _recorded(results, "inference")
+    assert command == "ncf bench inference " + shlex.join(argv)
+    assert f"`{command}`" in md and "python -m" not in md
+
+
+def test_every_bench_subcommand_keeps_its_arguments() -> None:
+    parser = cli.build_parser(["bench"])
+    for name in [*bench_cli.BENCHES, "readme"]:
+        args = parser.parse_args(["bench", name, "--results-dir", "a b"])
+        assert args.bench_argv == ["--results-dir", "a b"], name
+
+
+def test_errors_are_one_line_with_the_program_name(capsys) -> None:
+    bad = ["--duration", "0", "--repo", "nowhere"]
+    assert cli.main(["bench", "soak", *bad]) == 2
+    err = capsys.readouterr().err.splitlines()  # `ncf` logs the stage's configuration first
+    assert len(err) == 2 and err[0].startswith("ncf bench config: ")
+    assert err[1].startswith("ncf bench soak: error: --duration 0.0, ")
+    assert entry.main(soak, bad) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m bench.soak: error: --duration 0.0, ")
+    assert entry.main("bench.etl", ["--input", "no.csv"]) == 2
+    assert capsys.readouterr().err.startswith("python -m bench.etl: error: no.csv not found")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_bench_module_runs_through_the_entry(module: str, capsys) -> None:
+    mod = importlib.import_module(module)
+    assert not hasattr(mod, "main"), f"{module} has its own main(); use bench.entry"
+    assert "sys.exit(entry.main(sys.modules[__name__]))" in Path(mod.__file__).read_text()
+    with pytest.raises(SystemExit) as done:
+        entry.main(mod, ["--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m {module} ")
+
+
+def test_results_are_written_with_their_plot(tmp_path: Path) -> None:
+    rows = [{"x": 1, "y": 2.0, "s": "a"}, {"x": 2, "y": 3.0, "s": "a"}]
+    plot = entry.Plot(x="x", y="y", series=("s",), title="t")
+    results = entry.Results("demo", rows, ["x", "y"], "Demo", tmp_path, {"k": 1}, plot)
+    payload = entry.write(results, "ncf bench demo --x 'a b'")
+    assert payload["k"] == 1 and payload["rows"] == rows
+    assert "; `ncf bench demo --x 'a b'`_" in (tmp_path / "demo.md").read_text()
+    assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    entry.write(entry.Results("bare", rows, ["x"], "Bare", tmp_path, plot=plot), "c", plot=False)
+    assert not (tmp_path / "bare.png").exists()
