@@ -45,7 +45,7 @@ class RunOptions:
     etl_dir: Path
     amp: bool = False
     deterministic: bool = False
-    progress: bool = False
+    progress: bool = False  # draw the tqdm bar (models.progress.show_bar decides)
     preset: str = "dle"
     sampling_backend: str = "auto"
     extra: dict = field(default_factory=dict)
