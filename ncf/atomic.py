@@ -21,7 +21,7 @@ from typing import Any
 
 from ncf import faults
 
-# renameat2(2) (Linux >= 3.15, glibc >= 2.28): AT_FDCWD, and the flag that swaps two paths at once.
+# renameat2(2) (docs/FACTS.md): AT_FDCWD, and the flag that swaps two paths in one atomic step.
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
