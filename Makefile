@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test bench lint venv clean
 
-# (Re)install when pyproject.toml changes. pip 23.2.1: newer pips reject merlin-dataloader's
-# metadata (a direct-URL dev dependency).
+# (Re)install when pyproject.toml changes. pip 23.2.1: newer pips refuse merlin-dataloader, whose
+# metadata declares direct-URL dependencies (docs/FACTS.md).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==23.2.1"

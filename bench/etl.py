@@ -3,7 +3,7 @@
 Each configuration (1 process; N Dask workers) runs in a fresh subprocess, so that one run's
 allocator caches do not inflate the next one's RSS; peak RSS includes Dask worker processes.
 The reference row is NVIDIA DeepLearningExamples' ``convert.py`` on the same 20M rows on this
-2-core machine (REFERENCE.md: about 78 s, 4.3 GB; its negatives are not guaranteed distinct).
+2-core machine (about 78 s, 4.3 GB: docs/FACTS.md; its negatives are not guaranteed distinct).
 
     ncf synth --scale 1.0 --out data/synth/ml20m/ratings.csv
     python -m bench.etl            # or: ncf bench etl

@@ -2,7 +2,7 @@
 # Build (idempotently) a separate virtual environment holding Triton's perf_analyzer 2.51.0.
 #
 # perf_analyzer ships inside the tritonclient==2.51.0 wheel (as bin/perf_analyzer); it gets its
-# own venv so the main venv keeps its newer tritonclient (STACK.md). The binary needs
+# own venv so the main venv keeps its newer tritonclient (docs/FACTS.md). The binary needs
 # libb64.so.0d and libcudart.so.12 even without a GPU: both are taken from the nvidia-pytriton
 # wheel of the main venv (nvidia_pytriton.libs, under hashed names), else from Debian's libb64-0d
 # and PyPI's nvidia-cuda-runtime-cu12. The result is the wrapper .venv-pa/bin/pa, which sets

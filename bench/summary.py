@@ -1,7 +1,7 @@
 """Headline table for the README: our measured figures beside the reference systems' figures.
 
 Ours are read from ``bench/results/*.json`` (written by the benchmarks); the reference figures are
-the published / measured-here numbers of ``shared/REFERENCE.md``, quoted with their source.
+published or measured figures (docs/FACTS.md, "Reference figures"), quoted with their source.
 Written as ``bench/results/summary.md``, which ``bench/readme.py`` puts first in the README.
 """
 

@@ -46,7 +46,7 @@ class Archive:
 
 
 ARCHIVES: dict[str, Archive] = {
-    # Size and MD5 as published with the dataset (and recorded in STACK.md).
+    # Size and MD5 as GroupLens publishes them (docs/FACTS.md).
     "ml-20m": Archive(
         "ml-20m",
         _BASE + "ml-20m.zip",

@@ -1,6 +1,6 @@
 """``ncf synth``: an ML-20m-like synthetic ``ratings.csv`` with planted, learnable structure.
 
-Calibration (scale 1.0) follows ML-20m (see STACK.md): 138,493 users, 26,744 items, 20,000,263
+Calibration (scale 1.0) follows ML-20m (docs/FACTS.md): 138,493 users, 26,744 items, 20,000,263
 ratings; every user has >= 20 ratings (median ~68, mean 144.4, max 9,254); long-tailed item
 popularity (Gini ~0.9, top item ~67k ratings); timestamps in 789652004..1427784002; half-star
 ratings with ML-20m's exact value proportions; contiguous userIds, movieIds spread over 1..131262;
@@ -23,8 +23,8 @@ Planted structure (what a recommender can learn):
 Sampling is vectorised: light users draw with replacement and keep the first ``k`` distinct items
 (identical in law to sampling without replacement); heavy users (``k > n_items / 50``) and light
 users still short after a few rounds use the exponential race (Gumbel top-k) on a dense
-``[users, items]`` block. Both run in chunks; full scale: ~80 s and 1.3 GB peak RSS measured on
-2 busy cores (``ncf synth --scale 1.0``), of which ~12 s is writing the 540 MB CSV.
+``[users, items]`` block. Both run in chunks; full scale (``ncf synth --scale 1.0``) on 2 cores:
+~80 s and 1.3 GB peak RSS, of which ~12 s is writing the 540 MB CSV.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 from ncf import names
 from ncf.atomic import clean_stale
 
-# ML-20m facts the generator is calibrated to (STACK.md "Data").
+# ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
 ML20M_USERS = 138_493
 ML20M_ITEMS = 26_744
 ML20M_RATINGS = 20_000_263
@@ -539,7 +539,7 @@ def write_ratings_csv(columns: dict[str, np.ndarray], path: str | os.PathLike) -
 
 
 def summary(columns: dict[str, np.ndarray]) -> dict[str, float]:
-    """Headline statistics (the ones STACK.md lists for ML-20m) of a generated table."""
+    """Headline statistics (those docs/FACTS.md lists for ML-20m) of a generated table."""
     per_user = np.bincount(columns[names.RAW_USER])
     per_user = per_user[per_user > 0]
     per_item = np.unique(columns[names.RAW_ITEM], return_counts=True)[1]

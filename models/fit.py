@@ -61,7 +61,7 @@ def declare_metrics(log: DLLogger, k: int) -> None:
 
 
 def _progress(tr: Trainer, epoch: int):
-    if not (tr.opts.progress and tr.env.is_main):
+    if not tr.opts.progress:  # decided once by models.progress.show_bar
         return None
     from tqdm import tqdm
 

@@ -20,7 +20,7 @@ def keep_freed_memory() -> bool:
 
     A training step allocates and frees the same large activation buffers every micro-batch; with
     glibc's defaults each one above 128 KB (adaptively up to 32 MB) is mmapped, freed with munmap
-    and page-faulted in again on its next use (REFERENCE.md: 158M page faults per DLE epoch).
+    and page-faulted in again on its next use (158M page faults per DLE epoch: docs/FACTS.md).
     Keeping them in the heap makes elementwise ops several times faster. Call it once setup is done:
     what setup freed before is returned to the OS as usual. Returns False where glibc is not the
     allocator.

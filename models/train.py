@@ -17,6 +17,7 @@ from models.data import load_etl
 from models.distributed import DEVICES, DistEnv, barrier, process_group
 from models.evaluate import evaluate_itempop
 from models.fit import LOG_FILE, METRICS_FILE, PLOT_FILE, declare_metrics, run_epochs, write_outputs
+from models.progress import show_bar
 from models.runtime import configure, default_threads
 from models.trainer import RunOptions, Trainer
 from ncf.atomic import clean_stale
@@ -113,13 +114,12 @@ def train(args: argparse.Namespace, cfg: presets.TrainConfig, env: DistEnv) -> N
     """Build the trainer (resuming if asked), train, and write the run directory."""
     resuming = prepare_out(args.out, args.resume, args.force, env)
     data = load_etl(args.data, env.device)
-    progress = args.progress and sys.stderr.isatty()
     opts = RunOptions(
         out=args.out,
         etl_dir=args.data,
         amp=args.amp,
         deterministic=args.deterministic,
-        progress=progress,
+        progress=show_bar(args.progress, sys.stderr.isatty(), env.is_main),
         preset=args.preset,
         sampling_backend=args.sampling_backend,
     )

@@ -28,6 +28,7 @@ from models.neumf import NeuMF
 from models.presets import TrainConfig
 from models.runtime import keep_freed_memory
 from models.sampling import PositiveSet, check_sampleable
+from ncf import faults
 
 # Default per-rank micro-batch cap on a CPU. bench/train.py at batch 1Mi, fp32, ML-20m size (2 cores):
 # 32Ki 155k samples/s 3.1 GB peak RSS; 48Ki 176k, 3.5 GB; 64Ki ~200k, 3.6-3.95 GB.
@@ -44,7 +45,7 @@ class RunOptions:
     etl_dir: Path
     amp: bool = False
     deterministic: bool = False
-    progress: bool = False
+    progress: bool = False  # draw the tqdm bar (models.progress.show_bar decides)
     preset: str = "dle"
     sampling_backend: str = "auto"
     extra: dict = field(default_factory=dict)
@@ -124,6 +125,7 @@ class Trainer:
                 self.scaler.scale(bce * factor).backward()
             total += bce.detach()
         self.model.dropout_bits = None
+        faults.hit(faults.OPTIMIZER_STEP)  # crash tests: NCF_FAULT=optimizer_step:N
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)

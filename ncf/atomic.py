@@ -1,19 +1,29 @@
 """Atomic file and directory writes: a temp path beside the target, then one rename.
 
 An interrupted writer leaves either the old target or the complete new one, never half of it
-(plus, at worst, a hidden ``.tmp-*`` sibling that the next run removes).
+(plus, at worst, a hidden ``.tmp-*`` sibling that the next run removes). Each rename into place is
+one ``atomic_commit`` for ``ncf.faults`` (the crash tests kill a writer just before the N-th).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ncf import faults
+
+# renameat2(2) (docs/FACTS.md): AT_FDCWD, and the flag that swaps two paths in one atomic step.
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 
 
 def _fsync_dir(path: Path) -> None:
@@ -38,6 +48,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        faults.hit(faults.ATOMIC_COMMIT)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
@@ -81,11 +92,9 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     try:
         yield tmp
         _fsync_dir(tmp)
+        faults.hit(faults.ATOMIC_COMMIT)
         if target.exists():
-            old = target.with_name(f".tmp-{target.name}-old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
+            _swap_into_place(tmp, target)
         else:
             os.replace(tmp, target)
         _fsync_dir(target.parent)
@@ -94,13 +103,60 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
         raise
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step; False where the OS or filesystem cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not Linux, or a libc older than glibc 2.28
+        return False
+    src, dst = os.fsencode(a), os.fsencode(b)
+    if renameat2(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # filesystem or kernel without it
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _parked(target: Path) -> Path:
+    """Where the two-rename fallback keeps the old ``target`` while the new one moves in."""
+    return target.with_name(f".tmp-{target.name}-old-{os.getpid()}")
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """Replace directory ``target`` by directory ``tmp`` and delete the old one.
+
+    One atomic exchange where the OS has it, so ``target`` exists at every moment. Elsewhere two
+    renames, the old ``target`` parked in between; ``clean_stale`` moves it back if the writer dies
+    there.
+    """
+    if _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
+        return
+    old = _parked(target)
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def clean_stale(target: str | os.PathLike) -> None:
-    """Remove temporary siblings left by an earlier, killed writer of ``target``."""
+    """Remove temporary siblings left by an earlier, killed writer of ``target``.
+
+    A previous ``target`` parked by a writer killed between its two renames is moved back when
+    ``target`` itself is missing (it is the last complete output).
+    """
     target = Path(target)
     if not target.parent.is_dir():
         return
-    for stale in target.parent.glob(f".tmp-{target.name}-*"):
-        if stale.is_dir():
+    parked = re.compile(re.escape(f".tmp-{target.name}-old-") + r"\d+")
+    for stale in sorted(target.parent.glob(f".tmp-{target.name}-*")):
+        if parked.fullmatch(stale.name) and stale.is_dir() and not target.exists():
+            os.replace(stale, target)
+        elif stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
         else:
             with contextlib.suppress(FileNotFoundError):

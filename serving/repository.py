@@ -93,6 +93,7 @@ def write_repository(
     ensure_definitions(repo, template)
     helper = template / names.PYTHON_MODEL_HELPER
     helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
+    atomic.clean_stale(repo / "export")  # the .tmp-export-* staging folder of a killed export
     staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=repo))
     try:
         files = {}

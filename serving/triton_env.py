@@ -1,6 +1,6 @@
 """Where the tritonserver bundled in nvidia-pytriton lives, and what it needs to run here.
 
-``nvidia-pytriton`` 0.7.0 ships Triton 2.51.0 with the python backend only (see STACK.md). The
+``nvidia-pytriton`` 0.7.0 ships Triton 2.51.0 with the python backend only (docs/FACTS.md). The
 server wants a backend folder holding the python backend and the stub built for this Python, the
 interpreter's own libpython first on ``LD_LIBRARY_PATH``, and the venv's ``bin/`` first on
 ``PATH`` (the stub finds torch/onnxruntime through the ``python3`` there).
@@ -98,7 +98,7 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for tritonserver: this interpreter's libpython first, venv ``bin/`` first on PATH.
 
     Without the interpreter's own ``LIBDIR`` first, the stub loads the system libpython against
-    this interpreter's stdlib and model loading fails (STACK.md). The stub finds the venv's
+    this interpreter's stdlib and model loading fails (docs/FACTS.md). The stub finds the venv's
     packages (torch, onnxruntime) through the ``python3`` first on ``PATH``.
     """
     env = dict(os.environ if base is None else base)

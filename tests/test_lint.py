@@ -1,5 +1,5 @@
 """`make lint` as a test: ruff's lint rules and formatter (configured in pyproject.toml) hold
-everywhere, so the style stays what CI last saw."""
+everywhere, so a change that breaks them fails the test suite, not only `make lint`."""
 
 from __future__ import annotations
 

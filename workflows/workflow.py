@@ -31,7 +31,7 @@ from workflows.backend import array_module, to_numpy
 from workflows.encoding import Encoding, Vocabulary
 
 PART_ROWS = 2_500_000  # rows per Dask partition of the fit (parallel groupbys, bounded memory)
-# Known, harmless warnings of the Merlin 23.08 stack (see STACK.md).
+# Known, harmless warnings of the Merlin 23.08 stack (docs/FACTS.md names their sources).
 _QUIET = (".*tensorflow.*", ".*CPU mode.*experimental.*")
 
 

@@ -1,81 +1,83 @@
-"""SIGKILL at a random moment, then --resume: same final metrics; checkpoints loadable throughout."""
+"""`ncf train` killed at chosen points (NCF_FAULT), then --resume: the same final metrics and
+weights as an uninterrupted run, and every checkpoint left on disk verifies and loads."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from models import checkpoint, train
 from models.fit import METRICS_FILE
+from ncf import faults
 from tests.models.conftest import FAST, parse
 
-# Small batches: ~100 optimizer steps per epoch, so the run lasts long enough to be killed mid-way.
+# 1320 training rows x (1 + 4 negatives) / batch 64: 104 optimizer steps per epoch, 6 epochs.
 ARGS = [*FAST, "--batch-size", "64", "--epochs", "6", "--deterministic"]
+STEPS_PER_EPOCH = 104
+# Checkpoint commits (ncf.atomic renames) of this run, in order: each checkpoint.save is three
+# (manifest listing old and new digest, the .pt file, manifest listing the new digest only).
+# Epoch 0: best.pt 1-3, last.pt 4-6; epoch 1: best.pt 7-9, last.pt 10-12; epochs 2-5 do not improve
+# HR: last.pt only, 13-24; then metrics.json 25 and learning_curve.png 26.
+CASES = {
+    # fault: (epochs last.pt may hold after the kill; None: no last.pt yet)
+    "mid-epoch-0": (f"{faults.OPTIMIZER_STEP}:{STEPS_PER_EPOCH // 2}", {None}),
+    # Epoch 1's checkpoints are written in the background while epoch 2 trains.
+    "mid-epoch-2": (f"{faults.OPTIMIZER_STEP}:{2 * STEPS_PER_EPOCH + 52}", {0, 1}),
+    "before-first-last.pt": (f"{faults.ATOMIC_COMMIT}:5", {None}),
+    "before-epoch-1-last.pt": (f"{faults.ATOMIC_COMMIT}:11", {0}),
+    "before-epoch-1-manifest": (f"{faults.ATOMIC_COMMIT}:12", {1}),
+    "before-metrics.json": (f"{faults.ATOMIC_COMMIT}:25", {5}),
+}
+COMPARED = ("hr@10", "ndcg@10", "final_hr@10", "final_ndcg@10", "best_epoch", "train_loss")
 
 
-def _check_all_loadable(run: Path) -> int:
-    """Verify and load every checkpoint the manifest lists; returns how many there were."""
-    manifest = checkpoint.read_manifest(run)
-    for name in manifest:
+@pytest.fixture(scope="module")
+def reference(etl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert train.run(parse(train, ["--data", etl_dir, "--out", out, *ARGS])) == 0
+    return out
+
+
+def _check_all_loadable(run: Path) -> None:
+    """Every checkpoint on disk matches a digest its manifest lists, and loads."""
+    for name in (checkpoint.BEST, checkpoint.LAST):
         if (run / name).exists():
             checkpoint.verify(run / name)
             torch.load(run / name, weights_only=True)
-    return len(manifest)
 
 
-def test_kill_then_resume_matches_uninterrupted(etl_dir: Path, tmp_path: Path):
-    reference = tmp_path / "reference"
-    assert train.run(parse(train, ["--data", etl_dir, "--out", reference, *ARGS])) == 0
+def _killed_run(etl_dir: Path, run: Path, fault: str) -> None:
+    argv = [sys.executable, "-m", "ncf.cli", "train", "--data", str(etl_dir), "--out", str(run)]
+    env = {**os.environ, faults.ENV: fault}
+    done = subprocess.run(
+        [*argv, *map(str, ARGS)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_kill_then_resume_matches_uninterrupted(etl_dir: Path, tmp_path: Path, reference, case):
+    fault, epochs = CASES[case]
     run = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "ncf.cli",
-        "train",
-        "--data",
-        str(etl_dir),
-        "--out",
-        str(run),
-        *map(str, ARGS),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    delay = random.Random(os.urandom(8)).uniform(0.0, 0.6)
-    try:
-        deadline = time.monotonic() + 120
-        while (
-            not (run / checkpoint.LAST).exists()
-            and proc.poll() is None
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.01)
-        kill_at = time.monotonic() + delay
-        checks = 0
-        while time.monotonic() < kill_at and proc.poll() is None:
-            checks += _check_all_loadable(run) > 0  # loadable while being rewritten
-        assert proc.poll() is None, (
-            f"run finished before the kill ({delay:.2f} s after its first checkpoint)"
-        )
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert _check_all_loadable(run) >= 1
-    killed_at = torch.load(run / checkpoint.LAST, weights_only=True)["epoch"]
-    assert killed_at < 5, f"killed after the last epoch (delay {delay:.2f} s)"
+    _killed_run(etl_dir, run, fault)
+    _check_all_loadable(run)
+    last = run / checkpoint.LAST
+    killed_at = torch.load(last, weights_only=True)["epoch"] if last.exists() else None
+    assert killed_at in epochs, f"{fault}: last.pt holds epoch {killed_at}, expected {epochs}"
+    assert not (run / METRICS_FILE).exists()
     assert train.run(parse(train, ["--data", etl_dir, "--out", run, *ARGS, "--resume"])) == 0
     got = json.loads((run / METRICS_FILE).read_text())
     want = json.loads((reference / METRICS_FILE).read_text())
-    for key in ("hr@10", "ndcg@10", "final_hr@10", "final_ndcg@10", "best_epoch", "train_loss"):
-        assert got[key] == want[key], (key, delay, killed_at)
+    assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}
     a = torch.load(run / checkpoint.BEST, weights_only=True)["model"]
     b = torch.load(reference / checkpoint.BEST, weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".tmp-")]

@@ -1,11 +1,17 @@
-"""Atomic writes leave the old target or the whole new one, never a mix."""
+"""Atomic writes leave the old target or the whole new one, never a mix, even when killed."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from ncf import atomic, faults
 from ncf.atomic import atomic_dir, clean_stale, write_json, write_text
 
 
@@ -58,3 +64,93 @@ def test_clean_stale_removes_leftovers_of_killed_writer(tmp_path):
     (tmp_path / ".tmp-out-file").write_text("partial")
     clean_stale(tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+# Four file commits (f0..f3), then one directory commit (out/): a writer for the kill tests.
+WRITER = """
+import sys
+from pathlib import Path
+from ncf.atomic import atomic_dir, write_text
+root = Path(sys.argv[1])
+for i in range(4):
+    write_text(root / f"f{i}.txt", "new")
+with atomic_dir(root / "out", overwrite=True) as tmp:
+    for name in ("a.txt", "b.txt"):
+        (tmp / name).write_text("new")
+"""
+COMMITS = 5
+
+
+def _old_outputs(root: Path) -> None:
+    for i in range(4):
+        (root / f"f{i}.txt").write_text("old")
+    (root / "out").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (root / "out" / name).write_text("old")
+
+
+def _run_writer(root: Path, fault: str) -> int:
+    env = {**os.environ, faults.ENV: fault}
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, str(root)], env=env, capture_output=True, timeout=60
+    )
+    return done.returncode
+
+
+@pytest.mark.parametrize("n", range(1, COMMITS + 2))
+def test_writer_killed_before_its_nth_commit_leaves_old_or_whole_new_outputs(tmp_path, n):
+    _old_outputs(tmp_path)
+    returncode = _run_writer(tmp_path, f"{faults.ATOMIC_COMMIT}:{n}")
+    assert returncode == (0 if n > COMMITS else -signal.SIGKILL)
+    files = [(tmp_path / f"f{i}.txt").read_text() for i in range(4)]
+    assert files == ["new"] * min(n - 1, 4) + ["old"] * (4 - min(n - 1, 4))
+    out = {p.name: p.read_text() for p in (tmp_path / "out").iterdir()}
+    want = "new" if n > COMMITS else "old"
+    assert out == {"a.txt": want, "b.txt": want}
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    assert bool(leftovers) == (n <= COMMITS)  # the killed writer's temp file or directory
+    for target in [*(f"f{i}.txt" for i in range(4)), "out"]:
+        clean_stale(tmp_path / target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*(f"f{i}.txt" for i in range(4)), "out"]
+
+
+def test_other_fault_points_do_not_stop_a_writer(tmp_path):
+    _old_outputs(tmp_path)
+    assert _run_writer(tmp_path, f"{faults.OPTIMIZER_STEP}:1") == 0
+    assert (tmp_path / "out" / "a.txt").read_text() == "new"
+
+
+@pytest.mark.parametrize("target_exists", [False, True])
+def test_clean_stale_restores_a_parked_previous_output(tmp_path, target_exists):
+    """The two-rename fallback parks the old directory; a writer killed there loses nothing."""
+    parked = tmp_path / ".tmp-out-old-4242"
+    parked.mkdir()
+    (parked / "a.txt").write_text("old")
+    if target_exists:  # killed after the new directory moved in: the parked one is garbage
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "a.txt").write_text("new")
+    clean_stale(tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (tmp_path / "out" / "a.txt").read_text() == ("new" if target_exists else "old")
+
+
+def test_exchange_swaps_two_directories(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "name").write_text(d.name)
+    swapped = atomic._exchange(a, b)
+    if sys.platform.startswith("linux"):
+        assert swapped  # renameat2(RENAME_EXCHANGE): glibc >= 2.28 on ext4, xfs, btrfs, tmpfs
+    if swapped:
+        assert [(a / "name").read_text(), (b / "name").read_text()] == ["b", "a"]
+
+
+def test_overwrite_without_exchange_uses_two_renames(tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    target = tmp_path / "out"
+    for text in ("first", "second"):
+        with atomic_dir(target, overwrite=True) as tmp:
+            (tmp / "v").write_text(text)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert [p.read_text() for p in target.iterdir()] == ["second"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+import queue
+from functools import partial
 
 import numpy as np
 import pytest
@@ -79,18 +80,27 @@ def test_bad_request_is_rejected_and_server_keeps_answering(client, case):
     assert good[names.OUTPUT_SCORE].shape == (3, 1)
 
 
+REQUEST_ROWS = 16
+PER_BATCH = 4  # requests in each dynamic batch: one bad user id, three good ones
+BAD_USER = 10**6  # out of range
+
+
 @pytest.fixture
-def slow_batcher(server):
-    """The neumf model reloaded with a 0.5 s queue delay, so that requests sent together are
-    batched whatever the machine's load (the committed 200 us delay batched nothing on a busy CI
-    runner); the committed config is reloaded afterwards."""
+def exact_batcher(server):
+    """The neumf model reloaded so that ``PER_BATCH`` requests sent together form one batch: a
+    batch of the preferred size runs as soon as the queue holds one, and the queue delay, far
+    longer than the test, holds fewer requests until then. The batches thus do not depend on how
+    fast the machine sends the requests. The committed config is reloaded afterwards."""
     import json
 
     import tritonclient.grpc as grpc
 
     with grpc.InferenceServerClient(server.grpc_url) as conn:
         config = conn.get_model_config(names.MODEL_NEUMF, as_json=True)["config"]
-        config["dynamic_batching"] = {"max_queue_delay_microseconds": 500_000}
+        config["dynamic_batching"] = {
+            "preferred_batch_size": [PER_BATCH * REQUEST_ROWS],
+            "max_queue_delay_microseconds": 600_000_000,
+        }
         conn.load_model(names.MODEL_NEUMF, config=json.dumps(config))
         try:
             yield
@@ -98,14 +108,17 @@ def slow_batcher(server):
             conn.load_model(names.MODEL_NEUMF)
 
 
-def test_bad_request_in_a_dynamic_batch_fails_alone(server, slow_batcher):
-    """Requests batched together: the one with a bad id errors, the others get their scores."""
+@pytest.mark.parametrize("bad_position", range(PER_BATCH))
+def test_bad_request_in_a_dynamic_batch_fails_alone(server, exact_batcher, bad_position):
+    """One batch of requests: the one with a bad id errors, the others get their scores.
+
+    One batch at a time: while a batch waits for the model instance, Triton may add later requests
+    to it beyond the preferred size, so a stream of requests would not batch exactly."""
     import tritonclient.grpc as grpc
 
-    results = {}
-
-    def done(key):
-        return lambda result, error: results.__setitem__(key, (result, error))
+    results: queue.Queue = queue.Queue()
+    users = [5, 6, 7]
+    users.insert(bad_position, BAD_USER)
 
     def executions(conn) -> int:
         stats = conn.get_inference_statistics(names.MODEL_NEUMF, as_json=True)["model_stats"][0]
@@ -113,17 +126,17 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(server, slow_batcher):
 
     with grpc.InferenceServerClient(server.grpc_url) as conn:
         before = executions(conn)
-        for key, user in enumerate([5, 10**6, 6, 7] * 8):
-            tensors = infer_inputs(grpc, _ids(16, user=user))
-            conn.async_infer(names.MODEL_NEUMF, tensors, done(key))
-        deadline = time.monotonic() + 30
-        while len(results) < 32 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        passes = executions(conn) - before
-    assert len(results) == 32
-    assert passes < 32, f"{passes} forward passes for 32 requests: nothing was batched"
-    for key, (result, error) in results.items():
-        if key % 4 == 1:
+        for key, user in enumerate(users):
+            tensors = infer_inputs(grpc, _ids(REQUEST_ROWS, user=user))
+            conn.async_infer(names.MODEL_NEUMF, tensors, partial(_put, results, key))
+        answers = [results.get(timeout=120) for _ in users]
+        assert executions(conn) - before == 1, f"{len(users)} requests were not one batch"
+    for key, result, error in answers:
+        if users[key] == BAD_USER:
             assert result is None and "out of range" in str(error)
         else:
-            assert error is None and result.as_numpy(names.OUTPUT_SCORE).shape == (16, 1)
+            assert error is None and result.as_numpy(names.OUTPUT_SCORE).shape == (REQUEST_ROWS, 1)
+
+
+def _put(results: queue.Queue, key: int, result, error) -> None:
+    results.put((key, result, error))

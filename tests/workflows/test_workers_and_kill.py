@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import random
-import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
+import pytest
 
+from ncf import faults
 from ncf.names import METADATA_FILE, WORKFLOW_DIR
 from tests.workflows.helpers import (
     REPO,
@@ -60,34 +59,47 @@ def complete(out) -> bool:
     )
 
 
-def test_sigkill_leaves_no_partial_output_and_a_rerun_succeeds(tmp_path):
-    inp = write_synthetic(tmp_path / "ratings.csv", n_users=3000, n_items=2000, per_user=120)
-    out = tmp_path / "etl"
+# Commits (ncf.atomic renames) of one ETL run: metadata.json inside the temporary directory, then
+# the directory itself.
+ETL_COMMITS = 2
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["fresh", "over-previous"])
+@pytest.mark.parametrize("n", range(1, ETL_COMMITS + 2))
+def test_sigkill_leaves_the_previous_output_and_a_rerun_gives_the_uninterrupted_one(
+    tmp_path, n, force
+):
+    inp = write_synthetic(tmp_path / "ratings.csv", n_users=300, n_items=200, per_user=30)
+    reference, out = tmp_path / "reference", tmp_path / "etl"
+    etl(inp, reference, engine="pandas", negatives=50, seed=1)
     args = ncf_etl(
-        "--input", str(inp), "--out", str(out), "--engine", "pandas", "--negatives", "400"
+        *("--input", str(inp), "--out", str(out), "--engine", "pandas"),
+        *("--negatives", "50", "--seed", "1", *(["--force"] if force else [])),
     )
-    t0 = time.perf_counter()
-    subprocess.run(args, cwd=REPO, check=True, capture_output=True, timeout=120)
-    duration = time.perf_counter() - t0
-    shutil.rmtree(out)
-    seed = int(os.environ.get("KILL_SEED", time.time_ns() % 10_000))
-    rng = random.Random(seed)
-    for _ in range(5):
-        # A random moment of a whole run, mostly past the start-up (imports take half of it).
-        delay = rng.uniform(0.4, 1.0) * duration
-        proc = subprocess.Popen(
-            args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        # Either no output at all, or a complete one (the run finished before the kill).
-        if out.exists():
-            assert complete(out), (
-                f"partial output after SIGKILL at {delay:.2f} s (KILL_SEED={seed})"
-            )
-            break
-    run = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    if force:  # a previous, different output that the killed run was replacing
+        etl(inp, out, engine="pandas", negatives=50, seed=2)
+        previous = outputs(out)
+    killed = subprocess.run(
+        args,
+        cwd=REPO,
+        env={**os.environ, faults.ENV: f"{faults.ATOMIC_COMMIT}:{n}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if n > ETL_COMMITS:  # past the last commit: the run completes (ETL_COMMITS is right)
+        assert killed.returncode == 0, killed.stderr[-3000:]
+    else:
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        if force:
+            assert complete(out)
+            for name, frame in previous.items():
+                pd.testing.assert_frame_equal(outputs(out)[name], frame)
+        else:
+            assert not out.exists()
+        run = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
     assert complete(out)
+    for name, frame in outputs(reference).items():
+        pd.testing.assert_frame_equal(outputs(out)[name], frame)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
