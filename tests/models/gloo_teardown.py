@@ -1,14 +1,15 @@
 """Run under torchrun by a test: which threads are left once ``process_group`` has been left.
 
 Each rank trains one DDP step and all-reduces a tensor it then drops (what ``ncf train`` does),
-leaves the group, and prints one JSON line: its rank and the names of its threads inside the
-group and after it (Linux names each thread in ``/proc/self/task/*/comm``).
+leaves the group, and writes ``OUT_DIR/rank<r>.json``: the names of its threads inside the group
+and after it (Linux names each thread in ``/proc/self/task/*/comm``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -31,11 +32,12 @@ def train_step(env: DistEnv) -> list[str]:
     return thread_names()
 
 
-def main() -> None:
+def main(out_dir: Path) -> None:
     with process_group("cpu") as env:
         inside = train_step(env)
-    print(json.dumps({"rank": env.rank, "inside": inside, "after": thread_names()}), flush=True)
+    report = {"rank": env.rank, "inside": inside, "after": thread_names()}
+    (out_dir / f"rank{env.rank}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]))
