@@ -1,12 +1,16 @@
 """torchrun environment, process group setup/teardown, all-reduce helpers and runtime knobs.
 
-``torchrun --nproc_per_node=N`` sets RANK, WORLD_SIZE and LOCAL_RANK; without them this is a
-single process. NCCL on CUDA, gloo on CPU. The process group is always destroyed (try/finally).
+``torchrun`` sets RANK and WORLD_SIZE (global: over all nodes) and LOCAL_RANK and LOCAL_WORLD_SIZE
+(this node's processes); without them this is a single process. NCCL on CUDA, gloo on CPU. The
+process group is always destroyed (try/finally), and its threads are joined before the interpreter
+shuts down (``leave_group``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,26 +65,78 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-@contextlib.contextmanager
-def process_group(device_name: str = "auto") -> Iterator[DistEnv]:
-    """Join the torchrun job (if any) for the duration of the block, then always leave it."""
+def dist_env(device_name: str = "auto") -> DistEnv:
+    """This process's place in the job, from the variables torchrun sets (one process without).
+
+    RANK and WORLD_SIZE count the processes of every node, LOCAL_RANK and LOCAL_WORLD_SIZE those
+    of this node: the GPU and the CPU thread share follow the local ones, rank-0-only work the
+    global rank.
+    """
     world = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)
+    # Launchers that set only RANK/WORLD_SIZE: assume one node (the smaller thread share).
     local_world = _env_int("LOCAL_WORLD_SIZE", world)
+    if not (0 <= rank < world and 0 <= local_rank < local_world <= world):
+        raise ValueError(
+            f"inconsistent torchrun environment: RANK={rank} WORLD_SIZE={world} "
+            f"LOCAL_RANK={local_rank} LOCAL_WORLD_SIZE={local_world}; launch with torchrun"
+        )
     device = resolve_device(device_name, local_rank)
+    return DistEnv(rank, world, local_rank, local_world, device)
+
+
+@contextlib.contextmanager
+def process_group(device_name: str = "auto") -> Iterator[DistEnv]:
+    """Join the torchrun job (if any) for the duration of the block, then always leave it."""
+    env = dist_env(device_name)
+    device = env.device
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    env = DistEnv(rank, world, local_rank, local_world, device)
-    if world > 1 and not dist.is_initialized():
+    if env.distributed and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        kwargs = {}
+        if (
+            device.type == "cuda"
+            and "device_id" in inspect.signature(dist.init_process_group).parameters
+        ):
+            kwargs["device_id"] = device  # torch >= 2.3: binds NCCL to this GPU at once
+        _import_before_group()
         dist.init_process_group(backend=backend, **kwargs)
     try:
         yield env
     finally:
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+            leave_group()
+
+
+def _import_before_group() -> None:
+    """Import ``torch._dynamo`` before the process group exists.
+
+    DDP imports it on construction; imported while a group exists, its import-time scan of the
+    torch namespaces keeps references to the default group, which then outlives
+    ``destroy_process_group`` (and so do the group's gloo worker threads, see ``leave_group``).
+    """
+    with contextlib.suppress(ImportError):
+        import torch._dynamo  # noqa: F401
+
+
+def leave_group() -> None:
+    """Destroy the process group and free it now, joining its worker threads.
+
+    A gloo collective's work object (which holds the all-reduced tensors) is released by the gloo
+    worker thread that ran it, after the waiting rank has already been told the result. A rank
+    that then exits at once (rank 1, whose last collective is the final evaluation all-reduce)
+    races that thread: when the last reference to a tensor that Python has already dropped goes
+    away in the worker thread during interpreter shutdown, the thread needs the GIL, Python
+    terminates it from ``take_gil`` with ``pthread_exit``, the forced unwind meets a ``noexcept``
+    destructor, and the process aborts ("terminate called without an active exception").
+    Freeing the group here joins those threads while the interpreter is intact (torch releases
+    the GIL while a group is destroyed); ``gc.collect`` frees a DDP module left in a reference
+    cycle, whose reducer also holds the group.
+    """
+    dist.destroy_process_group()
+    gc.collect()
 
 
 def all_reduce_sum(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:
@@ -94,3 +150,14 @@ def barrier(env: DistEnv) -> None:
     """Wait for every rank (no-op for one process)."""
     if env.distributed:
         dist.barrier()
+
+
+def ranks_with(flags: list[bool], env: DistEnv) -> list[int]:
+    """For each flag, on how many ranks it is true (every rank must call this, in the same order).
+
+    Lets all ranks take one decision from facts that may differ between nodes, e.g. whether a
+    file exists where the nodes do not share a filesystem.
+    """
+    counts = torch.tensor([int(f) for f in flags], dtype=torch.int64, device=env.device)
+    all_reduce_sum(counts, env)
+    return [int(c) for c in counts.tolist()]

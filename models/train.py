@@ -12,9 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 from models import checkpoint, presets
 from models.data import load_etl
-from models.distributed import DEVICES, DistEnv, barrier, process_group
+from models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
 from models.evaluate import evaluate_itempop
 from models.fit import LOG_FILE, METRICS_FILE, PLOT_FILE, declare_metrics, run_epochs, write_outputs
 from models.progress import show_bar
@@ -72,14 +74,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
-    """Check ``out`` (all ranks), clear it if starting over (rank 0); True if resuming from last.pt."""
+    """Check ``out`` (all ranks), clear it if starting over (rank 0); True if resuming from last.pt.
+
+    The ranks decide together: on several nodes ``out`` may be one shared directory or one per
+    node, and every rank must take the same branch (or the collectives that follow would hang).
+    """
     existing = [name for name in OUTPUTS if (out / name).exists()]
-    resuming = resume and (out / checkpoint.LAST).exists()
-    if existing and not (resume or force):
+    have_run, have_last = ranks_with([bool(existing), (out / checkpoint.LAST).exists()], env)
+    if have_run and not (resume or force):
+        found = ", ".join(existing) if existing else "on another node"
         raise FileExistsError(
-            f"{out} already holds a run ({', '.join(existing)}); pass --resume to continue "
-            "it or --force to start over"
+            f"{out} already holds a run ({found}); pass --resume to continue it or --force to "
+            "start over"
         )
+    if resume and 0 < have_last < env.world_size:
+        raise ValueError(
+            f"--resume: {out / checkpoint.LAST} is seen by {have_last} of {env.world_size} ranks; "
+            "on several nodes --out must be a directory every node shares (e.g. NFS) to resume"
+        )
+    resuming = resume and have_last == env.world_size
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
         for name in OUTPUTS:
@@ -100,6 +113,8 @@ def run_info(args: argparse.Namespace, env: DistEnv, trainer: Trainer) -> dict:
     return {
         "device": str(env.device),
         "world_size": env.world_size,
+        "local_world_size": env.local_world_size,  # processes on this (rank 0's) node
+        "threads": torch.get_num_threads(),  # CPU threads per process
         "amp": args.amp,
         "deterministic": args.deterministic,
         "data": str(args.data),

@@ -6,7 +6,11 @@ Imports nothing heavy at module level: ``ncf --help`` and ``--engine pandas`` ne
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
+
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 EPILOG = """rules: duplicate (user, item) pairs keep their latest rating; users with fewer than
 --min-ratings interactions are dropped; each user's latest interaction is the test item (ties on
@@ -16,7 +20,12 @@ items the user never rated, never a positive.
 output in OUT: train/ test/ negatives/ (parquet, int64 user_id, item_id), workflow/ (the saved
 NVTabular Workflow; --engine pandas writes vocab/ instead) and metadata.json. OUT is written to a
 temporary directory and renamed into place. Rerunning with the same input and options reuses OUT;
---force rebuilds it."""
+--force rebuilds it.
+
+a running Dask cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS) fits the Workflow on
+its workers (`dask worker`; `dask cuda worker` when this host has a GPU) instead of in this
+process; OUT must then be on a filesystem every worker mounts at the same path. The output is the
+same as without it."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the Workflow on a local Dask cluster of N workers (default 1: no cluster)",
     )
     parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help=f"fit on the running Dask cluster of this scheduler (e.g. tcp://node0:8786) instead "
+        f"of in this process; default: ${SCHEDULER_ENV} when set (--engine nvtabular, no --workers)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="seed of the negative sampler (default 0)"
     )
     parser.add_argument(
@@ -76,6 +91,22 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         engine=args.engine,
         force=args.force,
+        scheduler=resolve_scheduler(args),
     )
     run_etl(opts)
     return 0
+
+
+def resolve_scheduler(args: argparse.Namespace) -> str | None:
+    """``--scheduler``, else ``$DASK_SCHEDULER_ADDRESS`` where it can apply, else None.
+
+    The flags win over the environment: the variable is ignored with ``--engine pandas`` (no Dask)
+    and with ``--workers N > 1`` (a local cluster was asked for).
+    """
+    if args.scheduler:
+        return args.scheduler
+    address = os.environ.get(SCHEDULER_ENV, "").strip()
+    if not address or args.engine != "nvtabular" or args.workers > 1:
+        return None
+    print(f"ncf etl: using the Dask scheduler at {address} (${SCHEDULER_ENV})", file=sys.stderr)
+    return address

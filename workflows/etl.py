@@ -49,6 +49,7 @@ class EtlOptions:
     seed: int = 0
     engine: str = "nvtabular"
     force: bool = False
+    scheduler: str | None = None  # address of a running Dask scheduler (None: no external cluster)
 
     def check(self) -> None:
         """Raise ValueError for option values that cannot work."""
@@ -67,6 +68,16 @@ class EtlOptions:
         if self.workers > 1 and self.engine != "nvtabular":
             raise ValueError(
                 "--workers > 1 runs the NVTabular Workflow on Dask: use --engine nvtabular"
+            )
+        if self.scheduler and self.engine != "nvtabular":
+            raise ValueError(
+                f"--scheduler {self.scheduler} runs the NVTabular Workflow on a Dask cluster: "
+                "use --engine nvtabular (the pandas engine runs in this process only)"
+            )
+        if self.scheduler and self.workers > 1:
+            raise ValueError(
+                f"--workers {self.workers} starts a local Dask cluster and --scheduler "
+                f"{self.scheduler} uses a running one: pass only one of them"
             )
 
 
@@ -104,6 +115,12 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
     reused = _reuse(opts)
     if reused is not None:
         return reused
+    if opts.scheduler:
+        from workflows import workflow as wfmod
+
+        wfmod.connect(
+            opts.scheduler
+        ).close()  # an unreachable cluster fails now, not after the read
     with ThreadPoolExecutor(2) as pool:
         # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
         sha = pool.submit(sha256_file, opts.input) if opts.input.is_file() else None
@@ -168,14 +185,15 @@ def filter_ratings(ratings: Any, min_ratings: int, negatives: int) -> Kept:
 
 def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
     """Fit, transform, split, sample and write into ``tmp``; return the metadata."""
-    workflow, backend = None, "pandas"
+    workflow, backend, workers = None, "pandas", opts.workers
     with timed("fit"):
         if opts.engine == "nvtabular":
             from workflows import workflow as wfmod
 
             if wfmod.gpu_available():
                 kept, backend = _to_device(kept), "cudf"
-            with wfmod.dask_client(opts.workers, backend == "cudf") as client:
+            with wfmod.dask_client(opts.workers, backend == "cudf", opts.scheduler) as client:
+                workers = wfmod.cluster_workers(client)
                 workflow = wfmod.fit_workflow(kept.user, kept.item, tmp / ".fit", client)
     with timed("transform"):
         if workflow is not None:
@@ -193,7 +211,7 @@ def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict
         outputs = Outputs(u_idx, i_idx, test, neg_user, neg_item, encoding)
         counts = write_outputs(tmp, outputs)
         vocab = _save_vocab(tmp, workflow, encoding)
-    return _metadata(opts, kept, encoding, counts, vocab, source, backend)
+    return _metadata(opts, kept, encoding, counts, vocab, source, (backend, workers))
 
 
 def _to_device(kept: Kept) -> Kept:
@@ -219,8 +237,9 @@ def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
     return md.vocab_metadata(files, tmp, columns, first)
 
 
-def _metadata(opts, kept, encoding, counts, vocab, source, backend) -> dict[str, Any]:
+def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, Any]:
     options = dataclasses.asdict(opts)
+    backend, workers = ran_on
     return {
         "num_users": encoding.user.cardinality,
         "num_items": encoding.item.cardinality,
@@ -236,7 +255,10 @@ def _metadata(opts, kept, encoding, counts, vocab, source, backend) -> dict[str,
         "seed": opts.seed,
         "engine": opts.engine,
         "backend": backend,
-        "workers": opts.workers,
+        # Where the fit ran (Dask workers; the external scheduler, if any). Neither changes the
+        # output, so neither is in the fingerprint.
+        "workers": workers,
+        "scheduler": opts.scheduler,
         "input": source,
         "versions": md.package_versions(),
         **vocab,
@@ -289,9 +311,10 @@ def _summary(opts: EtlOptions, meta: dict[str, Any]) -> None:
         f"users with < {opts.min_ratings} ratings"
     )
     total = sum(meta["timings_s"].values())
+    where = f" on {meta['workers']} Dask workers of {opts.scheduler}" if opts.scheduler else ""
     print(
         f"ncf etl: {meta['input']['rows']:,} ratings -> {meta['n_users']:,} users, "
         f"{meta['n_items']:,} items; train {meta['train_rows']:,}, test {meta['test_rows']:,}, "
         f"negatives {meta['negative_rows']:,} ({opts.negatives}/user); {opts.out} "
-        f"[{meta['engine']}/{meta['backend']}, {total:.1f} s]"
+        f"[{meta['engine']}/{meta['backend']}{where}, {total:.1f} s]"
     )

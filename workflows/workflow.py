@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -33,6 +34,8 @@ from workflows.encoding import Encoding, Vocabulary
 PART_ROWS = 2_500_000  # rows per Dask partition of the fit (parallel groupbys, bounded memory)
 # Known, harmless warnings of the Merlin 23.08 stack (docs/FACTS.md names their sources).
 _QUIET = (".*tensorflow.*", ".*CPU mode.*experimental.*")
+CONNECT_TIMEOUT_S = 5.0  # reaching a running scheduler takes milliseconds; fail fast otherwise
+WORKER_WAIT_S = 30.0  # workers started together with the scheduler need a few seconds to join
 
 
 @contextlib.contextmanager
@@ -71,12 +74,22 @@ def gpu_available() -> bool:
 
 
 @contextlib.contextmanager
-def dask_client(workers: int, gpu: bool) -> Iterator[Any]:
-    """A Dask client on a local cluster of ``workers`` processes (None for one process).
+def dask_client(workers: int, gpu: bool, scheduler: str | None = None) -> Iterator[Any]:
+    """A Dask client: on the cluster at ``scheduler``, else on a local cluster of ``workers``.
 
-    LocalCUDACluster (one worker per GPU) when ``gpu``, else a LocalCluster of single-threaded
-    worker processes. Scripts that start one need an ``if __name__ == "__main__":`` guard.
+    With ``scheduler`` the cluster is someone else's: the client connects to it (``connect``)
+    and only disconnects at the end; the scheduler and its workers keep running. Otherwise a
+    local cluster is started and closed: LocalCUDACluster (one worker per GPU) when ``gpu``, else a
+    LocalCluster of single-threaded worker processes; None for one process (``workers <= 1``).
+    Scripts that start a local cluster need an ``if __name__ == "__main__":`` guard.
     """
+    if scheduler:
+        client = connect(scheduler)
+        try:
+            yield client
+        finally:
+            client.close()  # never client.shutdown(): that would stop a cluster we did not start
+        return
     if workers <= 1:
         yield None
         return
@@ -100,6 +113,49 @@ def dask_client(workers: int, gpu: bool) -> Iterator[Any]:
         cluster.close()
 
 
+def connect(
+    address: str, timeout_s: float = CONNECT_TIMEOUT_S, workers_wait_s: float = WORKER_WAIT_S
+) -> Any:
+    """A client of the running Dask scheduler at ``address`` that has at least one worker.
+
+    Raises
+    ------
+    ValueError
+        If the scheduler cannot be reached within ``timeout_s`` seconds, or no worker joins it
+        within ``workers_wait_s`` seconds; the message names the address and how to start one.
+    """
+    from distributed import Client
+
+    start = (
+        f"start one with `dask scheduler --host HOST` and workers with `dask worker {address}` "
+        f"(`dask cuda worker {address}` on GPU nodes)"
+    )
+    try:
+        client = Client(address, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ValueError(
+            f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s ({exc}); "
+            f"check the address and that it is running ({start}), or drop --scheduler and unset "
+            f"DASK_SCHEDULER_ADDRESS to run the ETL on this machine"
+        ) from None
+    try:
+        client.wait_for_workers(1, timeout=workers_wait_s)
+    except (OSError, TimeoutError) as exc:
+        client.close()
+        raise ValueError(
+            f"the Dask scheduler at {address} has no worker after {workers_wait_s:g} s ({exc}); "
+            f"{start}"
+        ) from None
+    return client
+
+
+def cluster_workers(client: Any) -> int:
+    """How many workers the cluster of ``client`` has now (1 without a client)."""
+    if client is None:
+        return 1
+    return len(client.scheduler_info()["workers"])
+
+
 def build_workflow(category_dir: Path, client: Any = None) -> Any:
     """The ETL Workflow: Categorify each raw id column and rename it to the model column."""
     nvt = import_nvtabular()
@@ -107,7 +163,12 @@ def build_workflow(category_dir: Path, client: Any = None) -> Any:
 
     user = [RAW_USER] >> Categorify(out_path=str(category_dir)) >> Rename(name=USER)
     item = [RAW_ITEM] >> Categorify(out_path=str(category_dir)) >> Rename(name=ITEM)
-    return nvt.Workflow(user + item, client=client)
+    if client is not None:
+        from merlin.core.utils import set_dask_client
+
+        # What Workflow(client=...) does, without its deprecation warning.
+        set_dask_client(client)
+    return nvt.Workflow(user + item)
 
 
 def _frame(columns: dict[str, Any]) -> Any:
@@ -127,6 +188,8 @@ def fit_workflow(user: Any, item: Any, workdir: Path, client: Any = None) -> Any
     With a Dask client the ratings are first written to parquet in ``workdir``, and each worker
     reads its own row groups: shipping an in-memory frame through the scheduler is slower.
     """
+    # Absolute: the workers of a --scheduler cluster run in other directories (or on other hosts).
+    workdir = workdir.resolve()
     workflow = build_workflow(workdir, client)
     with quiet_merlin():
         from merlin.io import Dataset
@@ -140,6 +203,7 @@ def fit_workflow(user: Any, item: Any, workdir: Path, client: Any = None) -> Any
         else:
             path = workdir / "fit-input.parquet"
             workdir.mkdir(parents=True, exist_ok=True)
+            check_workers_see(client, workdir)
             table = pa.table({RAW_USER: to_numpy(user), RAW_ITEM: to_numpy(item)})
             pq.write_table(table, path, row_group_size=PART_ROWS)
             del frame, table
@@ -148,6 +212,21 @@ def fit_workflow(user: Any, item: Any, workdir: Path, client: Any = None) -> Any
             )
         workflow.fit(dataset)
     return workflow
+
+
+def check_workers_see(client: Any, path: Path) -> None:
+    """Raise ValueError naming the Dask workers that cannot see directory ``path``.
+
+    The fit's input and Categorify's category files are exchanged through ``path``: every worker
+    must see the same directory (one host, or a filesystem mounted at the same path everywhere).
+    """
+    seen = client.run(os.path.isdir, str(path))
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if blind:
+        raise ValueError(
+            f"Dask workers {', '.join(blind)} do not see {path}: --out must be on a filesystem "
+            f"that every worker mounts at the same path (e.g. NFS), or run without --scheduler"
+        )
 
 
 def workflow_encoding(workflow: Any, users: Any, items: Any) -> Encoding:

@@ -1,0 +1,43 @@
+"""Run under torchrun by a test: which threads are left once ``process_group`` has been left.
+
+Each rank trains one DDP step and all-reduces a tensor it then drops (what ``ncf train`` does),
+leaves the group, and writes ``OUT_DIR/rank<r>.json``: the names of its threads inside the group
+and after it (Linux names each thread in ``/proc/self/task/*/comm``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from models.distributed import DistEnv, all_reduce_sum, process_group
+
+
+def thread_names() -> list[str]:
+    tasks = Path("/proc/self/task")
+    return sorted((tasks / t / "comm").read_text().strip() for t in os.listdir(tasks))
+
+
+def train_step(env: DistEnv) -> list[str]:
+    """One DDP step and one all-reduce; the module and tensors are dropped on return."""
+    torch.manual_seed(0)
+    net = DDP(torch.nn.Linear(4, 1))
+    net(torch.ones(8, 4)).sum().backward()
+    all_reduce_sum(torch.ones(3), env)
+    return thread_names()
+
+
+def main(out_dir: Path) -> None:
+    with process_group("cpu") as env:
+        inside = train_step(env)
+    report = {"rank": env.rank, "inside": inside, "after": thread_names()}
+    (out_dir / f"rank{env.rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
