@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,14 +94,10 @@ def process_group(device_name: str = "auto") -> Iterator[DistEnv]:
         torch.cuda.set_device(device)
     if env.distributed and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {}
-        if (
-            device.type == "cuda"
-            and "device_id" in inspect.signature(dist.init_process_group).parameters
-        ):
-            kwargs["device_id"] = device  # torch >= 2.3: binds NCCL to this GPU at once
         _import_before_group()
-        dist.init_process_group(backend=backend, **kwargs)
+        # The current device (set above) tells NCCL which GPU is this rank's, on every torch
+        # version; init_process_group's device_id argument does not exist before torch 2.3.
+        dist.init_process_group(backend=backend)
     try:
         yield env
     finally:
