@@ -134,16 +134,21 @@ class _Shared:
         now = time.perf_counter()
         self.measure_from, self.end = now + self.warmup, now + self.warmup + self.duration
 
-    def take(self) -> bool:
+    def take(self, measured: bool) -> bool:
+        """May a thread send another request? Until the window closes, and in any case until the
+        thread has one measured request (a slow machine still gets a figure)."""
         with self.lock:
             self.left -= 1
-            return self.left >= 0 and time.perf_counter() < self.end
+            return self.left >= 0 and (time.perf_counter() < self.end or not measured)
 
-    def record(self, t0: float, t1: float) -> None:
-        if t0 >= self.measure_from:
-            with self.lock:
-                self.latencies.append(t1 - t0)
-                self.last_done = max(self.last_done, t1)
+    def record(self, t0: float, t1: float) -> bool:
+        """Keep the latency of a request sent after the warm-up; whether it was kept."""
+        if t0 < self.measure_from:
+            return False
+        with self.lock:
+            self.latencies.append(t1 - t0)
+            self.last_done = max(self.last_done, t1)
+        return True
 
     def error(self, exc: Exception) -> None:
         with self.lock:
@@ -163,15 +168,16 @@ def _load_thread(
     try:
         prepared = [infer_inputs(module, r) for r in requests]
         start.wait()
-        n = 0
-        while shared.take():
+        n, measured = 0, False
+        while shared.take(measured):
             t0 = time.perf_counter()
             try:
                 client.infer(model, prepared[n % len(prepared)])
             except Exception as exc:  # a failed request is counted and reported, not fatal
                 shared.error(exc)
+                measured = True  # an error ends the thread's claim to a measured request
             else:
-                shared.record(t0, time.perf_counter())
+                measured = shared.record(t0, time.perf_counter()) or measured
             n += 1
     finally:
         client.close()

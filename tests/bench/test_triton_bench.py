@@ -123,3 +123,12 @@ def test_perf_analyzer_point(repo: Path, tmp_path: Path) -> None:
     assert entry.main(triton, argv) == 0
     (row,) = json.loads((tmp_path / "triton.json").read_text())["rows"]
     assert row["generator"] == "perf_analyzer 2.51 (grpc)" and row["samples_per_s"] > 0
+
+
+def test_a_closed_window_still_waits_for_one_measured_request():
+    shared = triton._Shared(max_requests=2, warmup=0.0, duration=0.0)
+    shared.open_window()  # the window is already over: a machine slower than the duration
+    assert shared.take(measured=False) and not shared.take(measured=True)
+    assert shared.record(shared.measure_from, shared.measure_from + 0.01)
+    assert shared.latencies == [pytest.approx(0.01)]
+    assert not shared.take(measured=False)  # the request cap (2) still holds
