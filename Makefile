@@ -1,10 +1,11 @@
 # Two commands: `make run` (whole pipeline on the bundled data) and `make test`.
+# `make test-ngc`: the same suite, plus one `ncf run`, on the NGC Merlin image's Python stack.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench lint venv venv-ngc test-ngc clean
 
 # (Re)install when pyproject.toml changes. pip 23.2.1: newer pips refuse merlin-dataloader, whose
 # metadata declares direct-URL dependencies (docs/FACTS.md).
@@ -36,6 +37,36 @@ bench: venv
 
 lint: venv
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The NGC lane: the Python stack of nvcr.io/nvidia/merlin/merlin-pytorch:23.08 (Python 3.10,
+# torch 2.1, numpy 1.22, pandas 1.5.2, dask 2023.1.1, protobuf 3.20) as closely as PyPI allows,
+# pinned in requirements/ngc.txt (its header lists every difference from the image). The project
+# goes in with --no-deps: pyproject.toml's exact pins are the CPU lane's.
+NGC_VENV := .venv-ngc
+NGC_BIN := $(NGC_VENV)/bin
+NGC_STAMP := $(NGC_VENV)/.installed-stamp
+NGC_RUN := work/ngc-run
+# pyenv's newest 3.10 if pyenv is there, else python3.10 on PATH.
+PYTHON310 ?= $(shell p=$$(pyenv prefix 3.10 2>/dev/null) && test -x "$$p/bin/python" \
+	&& echo "$$p/bin/python" || command -v python3.10)
+
+$(NGC_STAMP): requirements/ngc.txt pyproject.toml
+	@test -n "$(PYTHON310)" || { echo "make test-ngc needs Python 3.10 (pyenv install 3.10," \
+		"or python3.10 on PATH, or PYTHON310=/path/to/python3.10)" >&2; exit 1; }
+	test -x $(NGC_BIN)/python || $(PYTHON310) -m venv $(NGC_VENV)
+	$(NGC_BIN)/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version'
+	$(NGC_BIN)/python -m pip install -q "pip==23.2.1"
+	$(NGC_BIN)/python -m pip install -q -r requirements/ngc.txt
+	$(NGC_BIN)/python -m pip install -q --no-deps -e .
+	touch $(NGC_STAMP)
+
+venv-ngc: $(NGC_STAMP)
+
+# The suite, then the whole pipeline once into work/ngc-run (not runs/ or triton_repo/).
+test-ngc: venv-ngc
+	$(NGC_BIN)/python -m pytest -q
+	rm -rf $(NGC_RUN)
+	$(NGC_BIN)/ncf run --runs $(NGC_RUN)/runs --etl-dir $(NGC_RUN)/etl --repo $(NGC_RUN)/triton_repo
 
 clean:
 	rm -rf runs work .pytest_cache

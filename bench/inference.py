@@ -18,7 +18,6 @@ import io
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -155,26 +154,17 @@ def make_runner(
 def _onnx_runner(net: ServingNeuMF, precision: str, device: torch.device, example) -> Callable:
     if precision != "fp32" or device.type != "cpu":
         raise RuntimeError("ONNX Runtime is timed in fp32 on the CPU execution provider only")
-    import onnxruntime as ort  # imported here: not installed on every host (the GPU box)
+    # Imported here: onnx/onnxruntime are not installed on every host (the GPU box).
+    import onnxruntime as ort
 
-    batch = torch.export.Dim("batch")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # exporter chatter (axis renames, deprecations)
-        program = torch.onnx.export(
-            net,
-            example,
-            input_names=[names.INPUT_USER, names.INPUT_ITEM],
-            output_names=[names.OUTPUT_SCORE],
-            dynamo=True,
-            verbose=False,
-            external_data=False,
-            dynamic_shapes=({0: batch}, {0: batch}),
-        )
+    from serving.export import to_onnx
+
+    # The exporter the export stage uses: torch.export-based where this torch has it, else the
+    # TorchScript-based one (torch 2.1 in the NGC images).
+    model = to_onnx(net, example)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(
-        program.model_proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
     def onnx_run(u, i):
         return sess.run(None, {names.INPUT_USER: u.numpy(), names.INPUT_ITEM: i.numpy()})[0]

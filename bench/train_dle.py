@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from models.data import EtlData
 from models.epoch import epoch_generator, gather, plan_epoch
 from models.neumf import NeuMF, NeuMFConfig
+from models.trainer import make_grad_scaler
 
 
 def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
@@ -48,7 +49,9 @@ def time_dle_steps(
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
     amp = mode == "amp"
-    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    scaler = make_grad_scaler(amp)
+    # amp is CUDA only; torch 2.1 refuses fp16 for a CPU autocast even when it is disabled.
+    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
     torch.manual_seed(1)
     model = NeuMF(NeuMFConfig(data.num_users, data.num_items)).to(device).train()
     opt = torch.optim.Adam(
@@ -63,7 +66,7 @@ def time_dle_steps(
         t0 = time.perf_counter()
         users, items, labels = gather(plan, data, plan.perm[start : start + batch])
         opt.zero_grad()
-        with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
             logits = dle_forward(model, users.long(), items.long())
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
         scaler.scale(loss).backward()

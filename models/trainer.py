@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +52,21 @@ class RunOptions:
     extra: dict = field(default_factory=dict)
 
 
+def make_grad_scaler(enabled: bool) -> torch.cuda.amp.GradScaler:
+    """Dynamic loss scaler for fp16 autocast on CUDA (a no-op pass-through when not ``enabled``).
+
+    ``torch.cuda.amp.GradScaler`` is the scaler torch 2.1 (the NGC images) has; later torch keeps
+    it, as ``torch.amp.GradScaler("cuda")`` plus a FutureWarning, which is silenced here.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
     """DLE's Adam; the fused kernel where this torch has one for the device (same update rule)."""
     kwargs = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps}
+    params = list(params)  # a generator would be used up by the first attempt
     try:
         return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError):
@@ -74,9 +87,7 @@ class Trainer:
             self.net = DDP(self.model, device_ids=ids)
         self.opt = make_optimizer(self.model.parameters(), cfg, self.device)
         cuda_amp = opts.amp and self.device.type == "cuda"
-        self.scaler = torch.amp.GradScaler(
-            self.device.type, enabled=cuda_amp
-        )  # fp16 needs loss scaling
+        self.scaler = make_grad_scaler(cuda_amp)  # fp16 needs loss scaling
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
         self.positives = None
         if cfg.negative_sampling == "exact" and cfg.negatives > 0:

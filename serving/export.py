@@ -80,6 +80,11 @@ def resolve_onnx_exporter(name: str) -> str:
         raise ValueError(f"--onnx-exporter={name!r}: use auto, dynamo or legacy")
     if name == "auto":
         return "dynamo" if dynamo_exporter_available() else "legacy"
+    if name == "dynamo" and not dynamo_exporter_available():
+        raise ValueError(
+            f"--onnx-exporter=dynamo: torch {torch.__version__} with these packages has no "
+            "torch.export-based ONNX exporter (needs torch>=2.5 and onnxscript); use legacy or auto"
+        )
     return name
 
 

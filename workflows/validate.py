@@ -30,18 +30,22 @@ _INT_MAX = {RAW_USER: "2147483647", RAW_ITEM: "2147483647", RAW_TIME: "922337203
 _FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 
+# Masks come from ChunkedArray.to_numpy(): it copies and turns nulls into NaN/None (pyarrow 11, in
+# the NGC images, has no zero_copy_only argument there; later versions copy by default).
+
+
 def _bad_typed(col: pa.ChunkedArray, name: str) -> np.ndarray | None:
     """Bool mask of invalid rows of a typed column, or None when all are valid (the fast check)."""
     if name.startswith("_sep"):  # the empty fields between '::' separators
         ok = pc.equal(col, "")
-        return None if pc.all(ok).as_py() else ~ok.to_numpy(zero_copy_only=False)
+        return None if pc.all(ok).as_py() else ~ok.to_numpy()
     if name == RAW_RATING:
         r = col.to_numpy()  # nulls become NaN, which fail the range test
         bad = ~((r >= RATING_MIN) & (r <= RATING_MAX))
         return bad if bad.any() else None
     if col.null_count == 0 and pc.min(col).as_py() >= 0:
         return None
-    values = col.to_numpy(zero_copy_only=False)  # float with NaN for nulls
+    values = col.to_numpy()  # float with NaN for nulls
     return ~(values >= 0)
 
 
@@ -72,19 +76,17 @@ def _bad_text(col: pa.ChunkedArray, name: str) -> np.ndarray:
     """Bool mask of invalid rows of a text column (used by the diagnostic pass)."""
     text = pc.utf8_trim_whitespace(pc.fill_null(col, ""))
     if name.startswith("_sep"):
-        return ~pc.equal(col, "").to_numpy(zero_copy_only=False)
+        return ~pc.equal(col, "").to_numpy()
     if name == RAW_RATING:
         ok = pc.match_substring_regex(text, _FLOAT_RE)
         values = pc.cast(pc.if_else(ok, text, "0"), pa.float64()).to_numpy()
-        return ~(
-            ok.to_numpy(zero_copy_only=False) & (values >= RATING_MIN) & (values <= RATING_MAX)
-        )
+        return ~(ok.to_numpy() & (values >= RATING_MIN) & (values <= RATING_MAX))
     limit = _INT_MAX[name]
     ok = pc.and_(
         pc.match_substring_regex(text, _INT_RE[name]),
         pc.or_(pc.less(pc.utf8_length(text), len(limit)), pc.less_equal(text, limit)),
     )
-    return ~ok.to_numpy(zero_copy_only=False)
+    return ~ok.to_numpy()
 
 
 def diagnose(

@@ -266,7 +266,19 @@ def test_serving_wrapper_shapes():
     )
 
 
-@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+@pytest.mark.parametrize(
+    "exporter",
+    [
+        pytest.param(
+            "dynamo",
+            marks=pytest.mark.skipif(
+                not export.dynamo_exporter_available(),
+                reason="no torch.export-based ONNX exporter here (torch < 2.5 or no onnxscript)",
+            ),
+        ),
+        "legacy",
+    ],
+)
 def test_both_onnx_exporters_give_a_dynamic_batch_model_equal_to_eager(
     checkpoint, etl_dir, exporter
 ):
