@@ -58,6 +58,7 @@ $(NGC_STAMP): requirements/ngc.txt pyproject.toml
 	$(NGC_BIN)/python -m pip install -q "pip==23.2.1"
 	$(NGC_BIN)/python -m pip install -q -r requirements/ngc.txt
 	$(NGC_BIN)/python -m pip install -q --no-deps -e .
+	$(NGC_BIN)/python -m tests.triton_repo.triton_image fetch-proto
 	touch $(NGC_STAMP)
 
 venv-ngc: $(NGC_STAMP)
