@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ class EtlData:
         int32 ``[U]`` one held-out positive per test user, sorted by user.
     eval_negatives
         int32 ``[U, N]`` the ETL's cached evaluation negatives of each test user.
+    valid_users, valid_items, valid_negatives
+        The same for the validation split (``ncf etl --holdout valid,test``), or None.
     """
 
     train_users: torch.Tensor
@@ -49,6 +51,30 @@ class EtlData:
     metadata: dict
     metadata_sha256: str
     path: Path
+    valid_users: torch.Tensor | None = None
+    valid_items: torch.Tensor | None = None
+    valid_negatives: torch.Tensor | None = None
+
+    @property
+    def has_valid(self) -> bool:
+        return self.valid_users is not None
+
+    def held_out(self, split: str) -> EtlData:
+        """This data with ``split`` ("test" or "valid") in the ``test_*``/``eval_negatives`` fields,
+        which evaluation reads; the valid fields are cleared so nothing else is reachable."""
+        if split == "test":
+            return self
+        if split != "valid" or not self.has_valid:
+            raise ValueError(f"{self.path}: no {split!r} split (ncf etl --holdout valid,test)")
+        return replace(
+            self,
+            test_users=self.valid_users,
+            test_items=self.valid_items,
+            eval_negatives=self.valid_negatives,
+            valid_users=None,
+            valid_items=None,
+            valid_negatives=None,
+        )
 
     @property
     def num_users(self) -> int:
@@ -123,12 +149,17 @@ def check_range(values: np.ndarray, lo: int, hi: int, where: Path, column: str) 
 
 
 def _eval_negatives(
-    neg_users: np.ndarray, neg_items: np.ndarray, test_users: np.ndarray, n: int, where: Path
+    neg_users: np.ndarray,
+    neg_items: np.ndarray,
+    test_users: np.ndarray,
+    n: int,
+    where: Path,
+    split: str = names.TEST_DIR,
 ) -> np.ndarray:
     """Negatives as ``[U, n]`` aligned with the sorted ``test_users``; checks the per-user counts."""
     if neg_users.size != test_users.size * n:
         raise ValueError(
-            f"{where}: {neg_users.size} rows, expected {test_users.size} test users x "
+            f"{where}: {neg_users.size} rows, expected {test_users.size} {split} users x "
             f"negatives_per_user={n} = {test_users.size * n}; rerun `ncf etl`"
         )
     order = np.argsort(neg_users, kind="stable")  # keeps each user's draw order
@@ -137,10 +168,56 @@ def _eval_negatives(
     if len(bad):
         u = int(bad[0])
         raise ValueError(
-            f"{where}: test user {int(test_users[u])} does not have exactly {n} negatives "
-            "(negatives/ and test/ disagree); rerun `ncf etl`"
+            f"{where}: {split} user {int(test_users[u])} does not have exactly {n} negatives "
+            f"({where.name}/ and {split}/ disagree); rerun `ncf etl`"
         )
     return neg_items[order].reshape(test_users.size, n)
+
+
+def _read_held_out(
+    root: Path, split: str, neg_dir: str, meta: dict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Users (sorted), items ``[U]`` and negatives ``[U, N]`` of one held-out split, checked."""
+    n_users, (lo, hi) = int(meta["num_users"]), (int(x) for x in meta["item_id_range"])
+    users, items = read_pairs(root / split)
+    ng_u, ng_i = read_pairs(root / neg_dir)
+    for folder, u, i in ((split, users, items), (neg_dir, ng_u, ng_i)):
+        check_range(u, 0, n_users, root / folder, names.USER)
+        check_range(i, lo, hi, root / folder, names.ITEM)
+    order = np.argsort(users, kind="stable")
+    users, items = users[order], items[order]
+    dup = np.flatnonzero(users[1:] == users[:-1])
+    if dup.size:
+        raise ValueError(
+            f"{root / split}: user {int(users[dup[0]])} has several {split} rows; expected one"
+        )
+    negs = _eval_negatives(
+        ng_u, ng_i, users, int(meta["negatives_per_user"]), root / neg_dir, split
+    )
+    clash = np.flatnonzero((negs == items[:, None]).any(axis=1))
+    if clash.size:
+        raise ValueError(
+            f"{root / neg_dir}: user {int(users[clash[0]])} has its {split} item "
+            f"{int(items[clash[0]])} among its negatives; rerun `ncf etl`"
+        )
+    return users, items, negs
+
+
+def _check_valid_against_test(root: Path, valid: tuple, test: tuple) -> None:
+    """Same users in both splits; per user, two different items, neither among the other's negatives."""
+    (vu, vi, vn), (tu, ti, tn) = valid, test
+    if vu.shape != tu.shape or (vu != tu).any():
+        raise ValueError(
+            f"{root / names.VALID_DIR} and {root / names.TEST_DIR} hold different users; rerun `ncf etl`"
+        )
+    bad = np.flatnonzero(
+        (vi == ti) | (vn == ti[:, None]).any(axis=1) | (tn == vi[:, None]).any(axis=1)
+    )
+    if bad.size:
+        raise ValueError(
+            f"{root}: user {int(vu[bad[0]])} has its valid item {int(vi[bad[0]])} and test item "
+            f"{int(ti[bad[0]])} equal, or one among the other split's negatives; rerun `ncf etl`"
+        )
 
 
 def load_etl(etl_dir: str | Path, device: torch.device | str = "cpu") -> EtlData:
@@ -149,49 +226,33 @@ def load_etl(etl_dir: str | Path, device: torch.device | str = "cpu") -> EtlData
     Parameters
     ----------
     etl_dir
-        Directory written by ``ncf etl`` (``train/``, ``test/``, ``negatives/``, ``metadata.json``).
+        Directory written by ``ncf etl`` (``train/``, ``test/``, ``negatives/``, ``metadata.json``,
+        and ``valid/``, ``valid_negatives/`` when it was run with ``--holdout valid,test``).
     device
         Where the returned tensors live (training samples negatives on this device).
 
     Returns
     -------
     EtlData
-        int32 tensors; test users sorted, ``eval_negatives[u]`` belongs to ``test_users[u]``.
+        int32 tensors; test users sorted, ``eval_negatives[u]`` belongs to ``test_users[u]``; the
+        valid tensors are None without ``valid/``.
     """
     root = Path(etl_dir)
     meta, sha = read_metadata(root)
-    n_users, (lo, hi) = int(meta["num_users"]), (int(x) for x in meta["item_id_range"])
-    n_neg = int(meta["negatives_per_user"])
     tr_u, tr_i = read_pairs(root / names.TRAIN_DIR)
-    te_u, te_i = read_pairs(root / names.TEST_DIR)
-    ng_u, ng_i = read_pairs(root / names.NEGATIVES_DIR)
-    for folder, u, i in (
-        (names.TRAIN_DIR, tr_u, tr_i),
-        (names.TEST_DIR, te_u, te_i),
-        (names.NEGATIVES_DIR, ng_u, ng_i),
-    ):
-        check_range(u, 0, n_users, root / folder, names.USER)
-        check_range(i, lo, hi, root / folder, names.ITEM)
-    order = np.argsort(te_u, kind="stable")
-    te_u, te_i = te_u[order], te_i[order]
-    dup = np.flatnonzero(te_u[1:] == te_u[:-1])
-    if dup.size:
+    check_range(tr_u, 0, int(meta["num_users"]), root / names.TRAIN_DIR, names.USER)
+    check_range(tr_i, *(int(x) for x in meta["item_id_range"]), root / names.TRAIN_DIR, names.ITEM)
+    test = _read_held_out(root, names.TEST_DIR, names.NEGATIVES_DIR, meta)
+    t = {"train_users": tr_u, "train_items": tr_i}
+    t.update(zip(("test_users", "test_items", "eval_negatives"), test, strict=True))
+    if (root / names.VALID_DIR).exists():
+        valid = _read_held_out(root, names.VALID_DIR, names.VALID_NEGATIVES_DIR, meta)
+        _check_valid_against_test(root, valid, test)
+        t.update(zip(("valid_users", "valid_items", "valid_negatives"), valid, strict=True))
+    elif meta.get("holdout", "test") != "test":
         raise ValueError(
-            f"{root / names.TEST_DIR}: user {int(te_u[dup[0]])} has several test rows; expected one"
+            f"{root / names.VALID_DIR}: missing, but metadata.json says holdout "
+            f"{meta['holdout']!r}; rerun `ncf etl`"
         )
-    negs = _eval_negatives(ng_u, ng_i, te_u, n_neg, root / names.NEGATIVES_DIR)
-    clash = np.flatnonzero((negs == te_i[:, None]).any(axis=1))
-    if clash.size:
-        raise ValueError(
-            f"{root / names.NEGATIVES_DIR}: user {int(te_u[clash[0]])} has its test item "
-            f"{int(te_i[clash[0]])} among its negatives; rerun `ncf etl`"
-        )
-    t = {
-        "train_users": tr_u,
-        "train_items": tr_i,
-        "test_users": te_u,
-        "test_items": te_i,
-        "eval_negatives": negs,
-    }
     tensors = {k: torch.from_numpy(v.astype(np.int32)).to(device) for k, v in t.items()}
     return EtlData(**tensors, metadata=meta, metadata_sha256=sha, path=root)

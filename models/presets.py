@@ -31,6 +31,7 @@ class TrainConfig:
     dropout: float = 0.5
     topk: int = 10
     threshold: float = 1.0  # stop once HR@topk >= threshold (1.0 never stops early, as DLE)
+    patience: int = 0  # stop after this many epochs without a better selection metric; 0 = off
     grad_accumulation: int = 1  # micro-batches per optimizer step (DLE --grads_accumulated)
     micro_batch: int = 0  # largest micro-batch per rank; 0 = auto (48Ki on CPU, none on CUDA)
     negative_sampling: str = "exact"  # one of models.sampling.SAMPLING_MODES
@@ -59,9 +60,10 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
-        if self.negatives < 0 or self.micro_batch < 0:
+        if self.negatives < 0 or self.micro_batch < 0 or self.patience < 0:
             raise ValueError(
-                f"--negatives {self.negatives} / --micro-batch {self.micro_batch}: must be >= 0"
+                f"--negatives {self.negatives} / --micro-batch {self.micro_batch} / --patience "
+                f"{self.patience}: must be >= 0"
             )
         if not (self.lr > 0 and 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
             raise ValueError(
@@ -142,6 +144,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, help=f"dropout after each MLP ReLU (dle: {d.dropout})")
     p.add_argument("--topk", type=int, help=f"K of HR@K / NDCG@K (dle: {d.topk})")
     p.add_argument("--threshold", type=float, help="stop once HR@K reaches this (dle: 1.0 = never)")
+    p.add_argument(
+        "--patience",
+        type=int,
+        help="stop after N epochs without a better selection HR@K (validation HR@K when the ETL "
+        "has valid/); default 0 = off",
+    )
     p.add_argument(
         "--grad-accumulation", type=int, help="micro-batches per optimizer step (dle: 1)"
     )

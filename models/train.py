@@ -18,7 +18,15 @@ from models import checkpoint, presets
 from models.data import load_etl
 from models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
 from models.evaluate import evaluate_itempop
-from models.fit import LOG_FILE, METRICS_FILE, PLOT_FILE, declare_metrics, run_epochs, write_outputs
+from models.fit import (
+    LOG_FILE,
+    METRICS_FILE,
+    PLOT_FILE,
+    declare_metrics,
+    protocol,
+    run_epochs,
+    write_outputs,
+)
 from models.progress import show_bar
 from models.runtime import configure, default_threads
 from models.trainer import RunOptions, Trainer
@@ -120,6 +128,8 @@ def run_info(args: argparse.Namespace, env: DistEnv, trainer: Trainer) -> dict:
         "data": str(args.data),
         "train_rows": int(data.train_users.numel()),
         "test_users": int(data.test_users.numel()),
+        **({"valid_users": int(data.valid_users.numel())} if data.has_valid else {}),
+        "protocol": protocol(trainer),
         "eval_negatives": int(data.eval_negatives.shape[1]),
         "sampling_backend": getattr(trainer.positives, "backend", None),
     }
@@ -144,7 +154,7 @@ def train(args: argparse.Namespace, cfg: presets.TrainConfig, env: DistEnv) -> N
     info = run_info(args, env, trainer)
     k = cfg.topk
     with DLLogger(args.out / LOG_FILE, stdout=True, enabled=env.is_main) as log:
-        declare_metrics(log, k)
+        declare_metrics(log, k, data.has_valid)
         params = {
             "preset": args.preset,
             **cfg.to_dict(),
@@ -152,13 +162,19 @@ def train(args: argparse.Namespace, cfg: presets.TrainConfig, env: DistEnv) -> N
             "resumed_at_epoch": trainer.start_epoch,
         }
         log.log(step="PARAMETER", data=params)
-        itempop = evaluate_itempop(data, k)
-        log.log(
-            step="PARAMETER",
-            data={f"itempop_hr@{k}": itempop["hr"], f"itempop_ndcg@{k}": itempop["ndcg"]},
-        )
+        itempop = evaluate_itempop(data, k)  # no parameters to select: scored on test directly
+        pops = {f"itempop_hr@{k}": itempop["hr"], f"itempop_ndcg@{k}": itempop["ndcg"]}
+        valid_pop = evaluate_itempop(data.held_out("valid"), k) if data.has_valid else None
+        if valid_pop is not None:
+            pops.update(
+                {
+                    f"itempop_valid_hr@{k}": valid_pop["hr"],
+                    f"itempop_valid_ndcg@{k}": valid_pop["ndcg"],
+                }
+            )
+        log.log(step="PARAMETER", data=pops)
         run_epochs(trainer, log)
-        write_outputs(trainer, log, itempop, info)
+        write_outputs(trainer, log, itempop, info, valid_pop)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from ncf import faults
 # 32Ki 155k samples/s 3.1 GB peak RSS; 48Ki 176k, 3.5 GB; 64Ki ~200k, 3.6-3.95 GB.
 CPU_MICRO_BATCH = 48 << 10
 # Settings a resumed run may change without changing the result of the epochs it continues.
-RESUMABLE_CHANGES = frozenset({"epochs", "threshold", "eval_batch_size"})
+RESUMABLE_CHANGES = frozenset({"epochs", "threshold", "patience", "eval_batch_size"})
 
 
 @dataclass
@@ -101,6 +101,7 @@ class Trainer:
             check_sampleable(self.positives, data.train_users, data.item_range)
         self.start_epoch = 0
         self.history: list[dict] = []
+        self.test_result: dict | None = None  # with a valid split: best.pt scored once on test
         if self.device.type == "cpu":
             keep_freed_memory()  # after setup: its temporaries go back to the OS
 
@@ -175,10 +176,18 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def evaluate(self) -> dict[str, float]:
-        """HR/NDCG@topk on the test split (all ranks take part)."""
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """HR/NDCG@topk on the ``split`` held-out split, "test" or "valid" (all ranks take part).
+
+        For "valid" the evaluated data holds no test tensors (``EtlData.held_out``).
+        """
         return evaluate_model(
-            self.model, self.data, self.env, self.cfg.topk, self.cfg.eval_batch_size, self.opts.amp
+            self.model,
+            self.data.held_out(split),
+            self.env,
+            self.cfg.topk,
+            self.cfg.eval_batch_size,
+            self.opts.amp,
         )
 
     # -- checkpoints ---------------------------------------------------------------------------

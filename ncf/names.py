@@ -20,6 +20,9 @@ ITEM = "item_id"
 TRAIN_DIR = "train"
 TEST_DIR = "test"
 NEGATIVES_DIR = "negatives"
+# `ncf etl --holdout valid,test` only: each user's second-latest interaction and its own negatives.
+VALID_DIR = "valid"
+VALID_NEGATIVES_DIR = "valid_negatives"
 WORKFLOW_DIR = "workflow"
 METADATA_FILE = "metadata.json"
 

@@ -40,7 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--etl-dir",
         type=Path,
         default=None,
-        help="ETL output to (re)use (default: work/etl/<input name>)",
+        help="ETL output to (re)use (default: work/etl/<input dir name>, plus -valid-test for "
+        "--holdout valid,test)",
+    )
+    p.add_argument(
+        "--holdout",
+        choices=("valid,test", "test"),
+        default="valid,test",
+        help="ETL hold-out: valid,test (epoch chosen on validation, test scored once; default) "
+        "or test (DLE's best-test-epoch protocol, for comparison with DLE's figures)",
     )
     p.add_argument(
         "--repo",
@@ -106,7 +114,7 @@ def stage_commands(args: argparse.Namespace, etl_dir: Path, run_dir: Path) -> li
     served = f"{names.MODEL_NEUMF} {names.MODEL_ENSEMBLE} {names.MODEL_RECOMMEND}"
     cmds = [
         ("etl", f"etl --input {q(args.input)} --out {q(etl_dir)} --negatives {args.negatives} "
-                f"--min-ratings {args.min_ratings} --seed {args.seed}"),
+                f"--min-ratings {args.min_ratings} --seed {args.seed} --holdout {args.holdout}"),
         ("train", f"train --data {q(etl_dir)} --out {q(run_dir / 'train')} --preset {args.preset} "
                   f"--seed {args.seed}{epochs}"),
         ("evaluate", f"evaluate --data {q(etl_dir)} --checkpoint {q(ckpt)} "
@@ -121,6 +129,13 @@ def stage_commands(args: argparse.Namespace, etl_dir: Path, run_dir: Path) -> li
     return cmds
 
 
+def default_etl_dir(input_path: Path, holdout: str) -> Path:
+    """``work/etl/<input dir name>``; ``--holdout valid,test`` outputs get their own directory, so
+    an output of the other protocol (or of before --holdout existed) is neither reused nor refused."""
+    suffix = "" if holdout == "test" else "-" + holdout.replace(",", "-")
+    return Path("work/etl") / f"{input_path.parent.name}{suffix}"
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         raise FileNotFoundError(
@@ -128,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         )
     run_dir = args.runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
-    etl_dir = args.etl_dir or Path("work/etl") / args.input.parent.name
+    etl_dir = args.etl_dir or default_etl_dir(args.input, args.holdout)
     stages: list[dict] = []
     t0 = time.perf_counter()
     try:
@@ -161,7 +176,7 @@ def _print_summary(s: dict, run_dir: Path) -> None:
     print(f"\nrun: {run_dir}  ({s.get('total_seconds')} s)")
     print(
         f"  HR@10 {f('hr@10', '.4f')}  NDCG@10 {f('ndcg@10', '.4f')}  "
-        f"(ItemPop HR@10 {f('itempop_hr@10', '.4f')})"
+        f"(ItemPop HR@10 {f('itempop_hr@10', '.4f')}; protocol {s.get('protocol') or 'n/a'})"
     )
     print(f"  train {f('train_samples_per_s', ',.0f')} samples/s")
     print(

@@ -59,6 +59,7 @@ def write_report(
         "itempop_hr@10": evaluation.get("itempop_hr@10", train.get("itempop_hr@10")),
         "itempop_ndcg@10": evaluation.get("itempop_ndcg@10", train.get("itempop_ndcg@10")),
         "best_epoch": train.get("best_epoch"),
+        "protocol": train.get("protocol"),
         "train_samples_per_s": train.get("train_samples_per_s"),
         "preset": train.get("preset"),
         **served_figures(bench),
@@ -70,6 +71,25 @@ def write_report(
     write_json(run_dir / "metrics.json", summary)
     write_text(run_dir / "report.md", _markdown(summary, run_dir, train_dir, bench_dir, bench))
     return summary
+
+
+PROTOCOL_NOTES = {
+    "valid-selected": "Protocol: valid-selected. The epoch was chosen on validation HR@10 (each "
+    "user's second-latest interaction); the test figures are that checkpoint's, scored once.",
+    "best-test-epoch (DLE)": "Protocol: best-test-epoch (DLE). The epoch with the best test HR@10 "
+    "is reported, as DeepLearningExamples do: an optimistic figure.",
+}
+
+
+def protocol_note(protocol: str | None) -> list[str]:
+    """The report lines saying which protocol the accuracy figures come from (docs/PROTOCOL.md)."""
+    note = PROTOCOL_NOTES.get(protocol or "")
+    if not note:
+        return []
+    return [
+        f"{note} ItemPop has nothing to select: it is scored on the test split. See docs/PROTOCOL.md.",
+        "",
+    ]
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -88,6 +108,7 @@ def _markdown(
         "",
         "## Accuracy (leave-one-out, test item vs the ETL's negatives)",
         "",
+        *protocol_note(s.get("protocol")),
         "| ranking | HR@10 | NDCG@10 |",
         "|---|---|---|",
         f"| NeuMF (preset {s['preset']}, best epoch {s['best_epoch']}) | {_fmt(s['hr@10'], '.4f')} "

@@ -13,14 +13,15 @@ from pathlib import Path
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 EPILOG = """rules: duplicate (user, item) pairs keep their latest rating; users with fewer than
---min-ratings interactions are dropped; each user's latest interaction is the test item (ties on
-timestamp: the larger movieId); negatives are --negatives distinct items per user, uniform over the
-items the user never rated, never a positive.
+--min-ratings interactions are dropped (and, for --holdout valid,test, users with fewer than 3);
+each user's latest interaction is the test item, and with --holdout valid,test the one before it
+the valid item (ties on timestamp: --ties); negatives are --negatives distinct items per user and
+held-out split, uniform over the items the user never rated, never a positive.
 
-output in OUT: train/ test/ negatives/ (parquet, int64 user_id, item_id), workflow/ (the saved
-NVTabular Workflow; --engine pandas writes vocab/ instead) and metadata.json. OUT is written to a
-temporary directory and renamed into place. Rerunning with the same input and options reuses OUT;
---force rebuilds it.
+output in OUT: train/ test/ negatives/ (and valid/ valid_negatives/) (parquet, int64 user_id,
+item_id), workflow/ (the saved NVTabular Workflow; --engine pandas writes vocab/ instead) and
+metadata.json. OUT is written to a temporary directory and renamed into place. Rerunning with the
+same input and options reuses OUT; --force rebuilds it. Protocol: docs/PROTOCOL.md.
 
 a running Dask cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS) fits the Workflow on
 its workers (`dask worker`; `dask cuda worker` when this host has a GPU) instead of in this
@@ -75,6 +76,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nvtabular: Categorify Workflow on cuDF/pandas (default); pandas: "
         "fallback for hosts without Merlin (sorted-unique ids, no workflow/)",
     )
+    parser.add_argument(
+        "--holdout",
+        choices=("valid,test", "test"),
+        default="valid,test",
+        help="held-out interactions per user: valid,test (latest -> test/, the one before -> "
+        "valid/, for model selection; default) or test (DLE's layout, ML-20m parity)",
+    )
+    parser.add_argument(
+        "--ties",
+        choices=("item-id", "file-order"),
+        default="item-id",
+        help="which same-second interaction is the latest: item-id (larger movieId; default) "
+        "or file-order (later line of the input file)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild OUT even if it can be reused")
 
 
@@ -92,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         force=args.force,
         scheduler=resolve_scheduler(args),
+        holdout=args.holdout,
+        ties=args.ties,
     )
     run_etl(opts)
     return 0

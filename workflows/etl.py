@@ -31,7 +31,7 @@ from workflows.encoding import Encoding, sorted_unique_encoding
 from workflows.io import read_ratings
 from workflows.negatives import check_feasible, sample_negatives
 from workflows.output import Outputs, write_outputs
-from workflows.split import latest_of_duplicates, leave_one_out, min_count_mask
+from workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
 
 ENGINES = ("nvtabular", "pandas")
 StageFn = Callable[[str], AbstractContextManager[Any]]
@@ -50,11 +50,18 @@ class EtlOptions:
     engine: str = "nvtabular"
     force: bool = False
     scheduler: str | None = None  # address of a running Dask scheduler (None: no external cluster)
+    holdout: str = "valid,test"
+    ties: str = "item-id"
 
     def check(self) -> None:
         """Raise ValueError for option values that cannot work."""
         if self.engine not in ENGINES:
             raise ValueError(f"--engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.holdout not in md.HOLDOUTS or self.ties not in md.TIES:
+            raise ValueError(
+                f"--holdout must be one of {md.HOLDOUTS} and --ties one of {md.TIES}, got "
+                f"{self.holdout!r} and {self.ties!r}"
+            )
         for name in ("negatives", "min_ratings", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(
@@ -92,6 +99,7 @@ class Kept:
     items: Any  # distinct raw item ids, ascending [n_items]
     dropped: dict[str, int]
     dropped_users: dict[str, int]
+    row: Any = None  # int64 [n] 0-based data line in the input file (--ties file-order), or None
 
 
 def log(message: str) -> None:
@@ -135,7 +143,9 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
             "bytes": opts.input.stat().st_size,
         }
         with timed("filter"):
-            kept = filter_ratings(ratings, opts.min_ratings, opts.negatives)
+            kept = filter_ratings(
+                ratings, opts.min_ratings, opts.negatives, opts.holdout, opts.ties == "file-order"
+            )
         del ratings
         source["sha256"] = sha.result()
     clean_stale(opts.out)
@@ -153,34 +163,56 @@ def _import_workflow_module() -> None:
     wfmod.import_nvtabular()
 
 
-def filter_ratings(ratings: Any, min_ratings: int, negatives: int) -> Kept:
-    """Drop duplicate pairs, then users below ``min_ratings``; check the negatives can be drawn."""
-    user, item, time_ = ratings.user, ratings.item, ratings.time
-    keep = latest_of_duplicates(user, item, time_)
+def filter_ratings(
+    ratings: Any, min_ratings: int, negatives: int, holdout: str = "test", keep_rows: bool = False
+) -> Kept:
+    """Drop duplicate pairs, then users below ``min_ratings``, then users with too few
+    interactions for ``holdout`` (:func:`workflows.metadata.holdout_minimum`); check the negatives
+    can be drawn. ``keep_rows`` carries each rating's line number (``Kept.row``)."""
+    cols = {"user": ratings.user, "item": ratings.item, "time": ratings.time}
+    if keep_rows:
+        # read_ratings returns the rows of the file in order (its Arrow blocks are concatenated in
+        # file order), so the position is the global line number; the masks below keep it.
+        cols["row"] = np.arange(ratings.rows, dtype=np.int64)
+    keep = latest_of_duplicates(cols["user"], cols["item"], cols["time"])
     n_dup = int(keep.size - keep.sum())
-    if n_dup:
-        user, item, time_ = user[keep], item[keep], time_[keep]
-    keep, n_small_users = min_count_mask(user, min_ratings)
+    cols = _take(cols, keep, n_dup)
+    keep, small_users = min_count_mask(cols["user"], min_ratings)
     n_small = int(keep.size - keep.sum())
-    if n_small:
-        user, item, time_ = user[keep], item[keep], time_[keep]
-    if user.size == 0:
+    cols = _take(cols, keep, n_small)
+    need = md.holdout_minimum(holdout)
+    few_rows, few_users = 0, 0
+    if need > min_ratings:
+        keep, few_users = min_count_mask(cols["user"], need)
+        few_rows = int(keep.size - keep.sum())
+        cols = _take(cols, keep, few_rows)
+    if cols["user"].size == 0:
+        fix = "lower --min-ratings"
+        if need > min_ratings:
+            fix = f"--holdout {holdout} needs {need} per user (train, valid, test); try --holdout test"
         raise ValueError(
-            f"{ratings.path}: no user has >= {min_ratings} ratings ({n_small_users} users dropped); "
-            f"lower --min-ratings"
+            f"{ratings.path}: no user has >= {max(need, min_ratings)} ratings "
+            f"({small_users + few_users} users dropped); {fix}"
         )
-    codes, users = dense_codes(user)
-    _, items = dense_codes(item)
+    codes, users = dense_codes(cols["user"])
+    _, items = dense_codes(cols["item"])
     check_feasible(np.bincount(codes, minlength=users.size), int(items.size), negatives, users)
     return Kept(
-        user=user,
-        item=item,
-        time=time_,
+        **cols,
         users=users,
         items=items,
-        dropped={"duplicate_pairs": n_dup, "users_below_min_ratings": n_small},
-        dropped_users={"below_min_ratings": n_small_users},
+        dropped={
+            "duplicate_pairs": n_dup,
+            "users_below_min_ratings": n_small,
+            "users_below_holdout_minimum": few_rows,
+        },
+        dropped_users={"below_min_ratings": small_users, "below_holdout_minimum": few_users},
     )
+
+
+def _take(cols: dict[str, Any], keep: Any, n_dropped: int) -> dict[str, Any]:
+    """The rows of ``cols`` where ``keep`` (the same arrays when nothing is dropped)."""
+    return {k: v[keep] for k, v in cols.items()} if n_dropped else cols
 
 
 def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
@@ -202,22 +234,39 @@ def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict
             encoding = sorted_unique_encoding(kept.users, kept.items)
         u_idx, i_idx = encoding.user.index(kept.user), encoding.item.index(kept.item)
     with timed("split"):
-        test = leave_one_out(u_idx, kept.item, kept.time, encoding.user.size)
-    with timed("negatives"):
-        neg_user, neg_item = sample_negatives(
-            u_idx, i_idx, encoding.user.size, encoding.item.size, opts.negatives, opts.seed
+        tie = kept.row if opts.ties == "file-order" else kept.item
+        held = hold_out_latest(
+            u_idx, tie, kept.time, encoding.user.size, len(opts.holdout.split(","))
         )
+    with timed("negatives"):
+        # One draw per held-out split, each over every positive (train, valid and test).
+        negs = [
+            sample_negatives(
+                u_idx, i_idx, encoding.user.size, encoding.item.size, opts.negatives, seed
+            )
+            for seed in negative_seeds(opts.seed, len(held))
+        ]
     with timed("write"):
-        outputs = Outputs(u_idx, i_idx, test, neg_user, neg_item, encoding)
+        outputs = Outputs(u_idx, i_idx, held[0], *negs[0], encoding)
+        if len(held) > 1:
+            outputs.valid, (outputs.valid_neg_user, outputs.valid_neg_item) = held[1], negs[1]
         counts = write_outputs(tmp, outputs)
         vocab = _save_vocab(tmp, workflow, encoding)
     return _metadata(opts, kept, encoding, counts, vocab, source, (backend, workers))
 
 
+def negative_seeds(seed: int, n_held: int) -> list[int]:
+    """Seeds of the negative draws: ``seed`` for test (as ``--holdout test`` draws), then one
+    derived from ``seed`` by numpy's SeedSequence for valid (an independent stream)."""
+    derived = np.random.SeedSequence([seed, 1]).generate_state(1, np.uint32)[0]
+    return [seed, int(derived)][:n_held]
+
+
 def _to_device(kept: Kept) -> Kept:
     import cupy
 
-    fields = {f: cupy.asarray(getattr(kept, f)) for f in ("user", "item", "time", "users", "items")}
+    names = ("user", "item", "time", "users", "items") + (("row",) if kept.row is not None else ())
+    fields = {f: cupy.asarray(getattr(kept, f)) for f in names}
     return dataclasses.replace(kept, **fields)
 
 
@@ -249,9 +298,12 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
         "n_items": encoding.item.size,
         **counts,
         "negatives_per_user": opts.negatives,
+        "holdout": opts.holdout,
+        "ties": opts.ties,
         "dropped": kept.dropped,
         "dropped_users": kept.dropped_users,
         "min_ratings": opts.min_ratings,
+        "holdout_min_interactions": md.holdout_minimum(opts.holdout),
         "seed": opts.seed,
         "engine": opts.engine,
         "backend": backend,
@@ -265,8 +317,8 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
         "rules": {
             "order": md.FILTER_ORDER,
             "dedup": md.DEDUP_RULE,
-            "split": md.SPLIT_RULE,
-            "negatives": md.NEGATIVE_RULE,
+            "split": md.split_rule(opts.holdout, opts.ties),
+            "negatives": md.VALID_NEGATIVE_RULE if "valid" in opts.holdout else md.NEGATIVE_RULE,
             "fit": md.FIT_RULE,
         },
         "fingerprint": md.fingerprint(options, source["sha256"]),
@@ -304,17 +356,24 @@ def _timer(timings: dict[str, float], outer: StageFn | None) -> StageFn:
 
 
 def _summary(opts: EtlOptions, meta: dict[str, Any]) -> None:
-    d = meta["dropped"]
+    d, du = meta["dropped"], meta["dropped_users"]
+    few = ""
+    if du["below_holdout_minimum"]:
+        few = (
+            f", and {d['users_below_holdout_minimum']:,} rows of {du['below_holdout_minimum']:,} "
+            f"users with < {meta['holdout_min_interactions']} (--holdout {opts.holdout})"
+        )
     log(
         f"dropped {d['duplicate_pairs']:,} duplicate (user, item) rows and "
-        f"{d['users_below_min_ratings']:,} rows of {meta['dropped_users']['below_min_ratings']:,} "
-        f"users with < {opts.min_ratings} ratings"
+        f"{d['users_below_min_ratings']:,} rows of {du['below_min_ratings']:,} "
+        f"users with < {opts.min_ratings} ratings{few}"
     )
     total = sum(meta["timings_s"].values())
     where = f" on {meta['workers']} Dask workers of {opts.scheduler}" if opts.scheduler else ""
+    valid = f"valid {meta['valid_rows']:,}, " if "valid_rows" in meta else ""
     print(
         f"ncf etl: {meta['input']['rows']:,} ratings -> {meta['n_users']:,} users, "
-        f"{meta['n_items']:,} items; train {meta['train_rows']:,}, test {meta['test_rows']:,}, "
+        f"{meta['n_items']:,} items; train {meta['train_rows']:,}, {valid}test {meta['test_rows']:,}, "
         f"negatives {meta['negative_rows']:,} ({opts.negatives}/user); {opts.out} "
         f"[{meta['engine']}/{meta['backend']}{where}, {total:.1f} s]"
     )

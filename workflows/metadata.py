@@ -11,7 +11,11 @@ from typing import Any
 from ncf.names import METADATA_FILE
 
 # Options that change the output; --workers does not (a test checks 1 and 2 workers agree).
-OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine")
+OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine", "holdout", "ties")
+# What outputs written before an option existed were made with (their fingerprint lacks the key).
+LEGACY_OPTIONS = {"holdout": "test", "ties": "item-id"}
+HOLDOUTS = ("valid,test", "test")
+TIES = ("item-id", "file-order")
 _PACKAGES = (
     "nvtabular",
     "merlin-core",
@@ -28,6 +32,10 @@ SPLIT_RULE = (
     "leave-one-out by time: each user's latest interaction is the test item; ties on timestamp "
     "go to the larger raw movieId"
 )
+TIE_RULES = {
+    "item-id": "ties on timestamp go to the larger raw movieId",
+    "file-order": "ties on timestamp go to the later line of the input file",
+}
 DEDUP_RULE = "duplicate (userId, movieId) pairs keep only their latest rating (ties: later line)"
 FILTER_ORDER = (
     "drop duplicate pairs, then users with fewer than min_ratings interactions, then split"
@@ -40,6 +48,30 @@ NEGATIVE_RULE = (
     "per test user, negatives_per_user distinct items drawn uniformly from the items the user "
     "never interacted with (train or test); row order within a user is the draw order"
 )
+VALID_NEGATIVE_RULE = (
+    "negatives/ (test) and valid_negatives/ (valid) each hold negatives_per_user distinct items per "
+    "user, drawn uniformly from the items the user never interacted with (train, valid or test), so "
+    "neither holds the other split's held-out item; the two draws are independent (valid uses a "
+    "seed derived from seed), and negatives/ is the draw --holdout test makes with the same seed"
+)
+
+
+def split_rule(holdout: str, ties: str) -> str:
+    """The ``rules.split`` text of ``metadata.json`` for ``--holdout`` and ``--ties``."""
+    if holdout == "test" and ties == "item-id":
+        return SPLIT_RULE  # the text of outputs written before --holdout/--ties existed
+    held = (
+        "the latest interaction is the test item and the latest of the rest the valid item"
+        if holdout == "valid,test"
+        else "the latest interaction is the test item"
+    )
+    return f"leave-last-out by time, per user: {held}; {TIE_RULES[ties]}"
+
+
+def holdout_minimum(holdout: str) -> int:
+    """Interactions a user needs for ``--holdout``: one per held-out split plus one to train on
+    (``test`` keeps its historical minimum of 1: a user with one rating is a test-only user)."""
+    return 3 if holdout == "valid,test" else 1
 
 
 def package_versions() -> dict[str, str]:
@@ -70,7 +102,7 @@ def reuse_differences(meta: dict[str, Any] | None, wanted: dict[str, Any]) -> li
     """Why an existing output cannot be reused (empty list: it can)."""
     if meta is None:
         return [f"no readable {METADATA_FILE}"]
-    have = meta.get("fingerprint", {})
+    have = {**LEGACY_OPTIONS, **meta.get("fingerprint", {})}
     return [f"{k}: {have.get(k)!r} != {v!r}" for k, v in wanted.items() if have.get(k) != v]
 
 

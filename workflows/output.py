@@ -1,8 +1,9 @@
-"""Write the ETL's parquet datasets (``train/``, ``test/``, ``negatives/``) and the pandas vocab.
+"""Write the ETL's parquet datasets (``train/``, ``test/``, ``negatives/``, and with
+``--holdout valid,test`` also ``valid/``, ``valid_negatives/``) and the pandas vocab.
 
 Each dataset is a directory holding ``part_0.parquet`` with int64 columns ``user_id`` and
-``item_id`` (model ids). ``test/`` and ``negatives/`` are sorted by ``user_id``; ``train/`` keeps
-the input's order (minus the test rows).
+``item_id`` (model ids). ``test/``, ``valid/`` and both negatives are sorted by ``user_id``;
+``train/`` keeps the input's order (minus the held-out rows).
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ncf.names import ITEM, NEGATIVES_DIR, RAW_ITEM, RAW_USER, TEST_DIR, TRAIN_DIR, USER
+from ncf.names import (
+    ITEM,
+    NEGATIVES_DIR,
+    RAW_ITEM,
+    RAW_USER,
+    TEST_DIR,
+    TRAIN_DIR,
+    USER,
+    VALID_DIR,
+    VALID_NEGATIVES_DIR,
+)
 from workflows.backend import to_numpy
 from workflows.encoding import Encoding
 
@@ -35,6 +46,9 @@ class Outputs:
     neg_user: Any  # int64 [n_users * negatives], sorted
     neg_item: Any  # int64 [n_users * negatives]
     encoding: Encoding
+    valid: Any = None  # bool [n] validation rows (--holdout valid,test), or None
+    valid_neg_user: Any = None  # int64 [n_users * negatives], sorted
+    valid_neg_item: Any = None
 
 
 def write_dataset(path: Path, user: np.ndarray, item: np.ndarray) -> int:
@@ -50,24 +64,44 @@ def _ids(index: np.ndarray, lo: int) -> np.ndarray:
     return index.astype(np.int64) + lo
 
 
+def _held_out(user: np.ndarray, item: np.ndarray, mask: np.ndarray, n_users: int) -> np.ndarray:
+    """Item of each user's one held-out row, indexed by user (i.e. sorted by user)."""
+    held = np.empty(n_users, dtype=np.int64)
+    held[user[mask]] = item[mask]
+    return held
+
+
 def write_outputs(out: Path, o: Outputs) -> dict[str, int]:
-    """Write ``train/``, ``test/`` and ``negatives/`` under ``out``; return their row counts."""
+    """Write ``train/``, ``test/``, ``negatives/`` (and ``valid/``, ``valid_negatives/`` when
+    ``o.valid`` is set) under ``out``; return their row counts."""
     u_lo, i_lo = o.encoding.user.lo, o.encoding.item.lo
     user, item, test = to_numpy(o.user), to_numpy(o.item), to_numpy(o.test)
     # Exactly one test row per user: place each at its user's index, i.e. sorted by user.
-    test_item = np.empty(o.encoding.user.size, dtype=np.int64)
-    test_item[user[test]] = item[test]
-    test_user = np.arange(test_item.size, dtype=np.int64)
+    test_item = _held_out(user, item, test, o.encoding.user.size)
+    by_user = _ids(np.arange(test_item.size, dtype=np.int64), u_lo)
     train = ~test
-    jobs = {
-        "train_rows": (out / TRAIN_DIR, _ids(user[train], u_lo), _ids(item[train], i_lo)),
-        "negative_rows": (
-            out / NEGATIVES_DIR,
-            _ids(to_numpy(o.neg_user), u_lo),
-            _ids(to_numpy(o.neg_item), i_lo),
-        ),
-        "test_rows": (out / TEST_DIR, _ids(test_user, u_lo), _ids(test_item, i_lo)),
-    }
+    jobs = {}
+    if o.valid is not None:
+        valid = to_numpy(o.valid)
+        train &= ~valid
+        valid_item = _held_out(user, item, valid, o.encoding.user.size)
+        jobs["valid_rows"] = (out / VALID_DIR, by_user, _ids(valid_item, i_lo))
+        jobs["valid_negative_rows"] = (
+            out / VALID_NEGATIVES_DIR,
+            _ids(to_numpy(o.valid_neg_user), u_lo),
+            _ids(to_numpy(o.valid_neg_item), i_lo),
+        )
+    jobs.update(
+        {
+            "train_rows": (out / TRAIN_DIR, _ids(user[train], u_lo), _ids(item[train], i_lo)),
+            "negative_rows": (
+                out / NEGATIVES_DIR,
+                _ids(to_numpy(o.neg_user), u_lo),
+                _ids(to_numpy(o.neg_item), i_lo),
+            ),
+            "test_rows": (out / TEST_DIR, by_user, _ids(test_item, i_lo)),
+        }
+    )
     # Arrow encodes and compresses without the GIL: the datasets are written in parallel.
     with ThreadPoolExecutor(len(jobs)) as pool:
         futures = {name: pool.submit(write_dataset, *job) for name, job in jobs.items()}

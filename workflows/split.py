@@ -5,9 +5,11 @@ Rules (documented in the README and recorded in ``metadata.json``):
 1. Duplicate (user, item) pairs: only the latest rating of the pair is kept (ties on timestamp:
    the one later in the file). Every kept rating is one positive interaction.
 2. Users with fewer than ``min_ratings`` kept interactions are dropped, with all their rows.
-3. Leave-one-out by time: each user's test item is their latest interaction; ties on timestamp
-   go to the larger raw ``movieId`` (then the later row), so the split does not depend on the
-   order of the file or on how ids are encoded.
+3. Leave-one-out by time: each user's test item is their latest interaction. Ties on timestamp
+   (``--ties``): ``item-id`` gives them to the larger raw ``movieId`` (then the later row), so the
+   split depends neither on the order of the file nor on how ids are encoded; ``file-order`` gives
+   them to the later line of the input file. With ``--holdout valid,test`` the validation item is
+   the latest of the remaining interactions, by the same rule.
 
 The functions take the column arrays of a pandas or cuDF frame (``df[col].values``) and return
 boolean masks, so the caller decides how to index its frame.
@@ -100,7 +102,8 @@ def leave_one_out(user: Any, tie_item: Any, time: Any, n_users: int) -> Any:
     user
         Dense user index in ``[0, n_users)``, shape ``[n]``; every user has at least one row.
     tie_item
-        Tie-break value per row (the raw ``movieId``), shape ``[n]``.
+        Tie-break value per row, shape ``[n]``: the raw ``movieId`` (``--ties item-id``) or the
+        row's line number in the input file (``--ties file-order``).
     time
         Timestamps, shape ``[n]``.
     n_users
@@ -122,6 +125,41 @@ def leave_one_out(user: Any, tie_item: Any, time: Any, n_users: int) -> Any:
     test = xp.zeros(user.shape, dtype=bool)
     test[best_row] = True
     return test
+
+
+def hold_out_latest(user: Any, tie: Any, time: Any, n_users: int, n_held: int) -> list[Any]:
+    """Masks of each user's ``n_held`` latest rows: ``[test, valid, ...]`` (latest first).
+
+    Each mask is :func:`leave_one_out` of the rows the earlier masks left; the loop runs over the
+    held-out splits (one or two), never over users.
+
+    Parameters
+    ----------
+    user
+        Dense user index in ``[0, n_users)``, shape ``[n]``; every user has at least ``n_held``
+        rows (the ETL's minimum-interactions filter guarantees it).
+    tie, time
+        Tie-break values and timestamps, shape ``[n]`` (see :func:`leave_one_out`).
+    n_users
+        Number of users.
+    n_held
+        Held-out interactions per user: 1 (``--holdout test``) or 2 (``--holdout valid,test``).
+
+    Returns
+    -------
+    list of array
+        ``n_held`` disjoint bool masks ``[n]``, each with exactly one True per user.
+    """
+    xp = array_module(user, tie, time)
+    rest = xp.arange(user.size)  # rows not held out yet
+    masks = []
+    for _ in range(n_held):
+        latest = leave_one_out(user[rest], tie[rest], time[rest], n_users)
+        mask = xp.zeros(user.shape, dtype=bool)
+        mask[rest[latest]] = True
+        masks.append(mask)
+        rest = rest[~latest]
+    return masks
 
 
 def split_frame(df: Any, user: str, item: str, time: str) -> tuple[Any, Any]:

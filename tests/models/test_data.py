@@ -13,6 +13,7 @@ import torch
 from models.data import load_etl
 from ncf import names
 from tests.models.etl_data import RESERVED, planted_ratings, write_etl_dir
+from workflows.etl import EtlOptions, run_etl
 
 
 @pytest.fixture()
@@ -91,3 +92,64 @@ def test_empty_folder(small_etl: Path):
     (small_etl / names.TEST_DIR).mkdir()
     with pytest.raises(FileNotFoundError, match="no parquet files"):
         load_etl(small_etl)
+
+
+@pytest.fixture()
+def valid_etl(tmp_path: Path) -> Path:
+    """The real `ncf etl --holdout valid,test` (pandas engine) of 10 planted users."""
+    frame = planted_ratings(n_users=10, n_items=30, per_user=6)
+    csv = tmp_path / "ratings.csv"
+    pd.DataFrame(
+        {"userId": frame.user, "movieId": frame.item, "rating": 4.0, "timestamp": frame.time}
+    ).to_csv(csv, index=False)
+    opts = EtlOptions(input=csv, out=tmp_path / "etl", negatives=5, min_ratings=1, engine="pandas")
+    run_etl(opts)
+    return tmp_path / "etl"
+
+
+def test_loads_the_valid_split(valid_etl: Path):
+    data = load_etl(valid_etl)
+    assert data.has_valid and data.train_users.numel() == 10 * 4
+    assert torch.equal(data.valid_users, data.test_users)
+    assert data.valid_negatives.shape == data.eval_negatives.shape == (10, 5)
+    assert not (data.valid_items == data.test_items).any()
+    raw = pd.read_parquet(valid_etl / names.VALID_NEGATIVES_DIR)
+    assert data.valid_negatives[3].tolist() == raw[raw[names.USER] == 3][names.ITEM].tolist()
+    view = data.held_out("valid")  # what validation evaluates: no test tensor reachable
+    assert view.test_items is data.valid_items and view.eval_negatives is data.valid_negatives
+    assert not view.has_valid and data.held_out("test") is data
+
+
+def test_without_valid_split(small_etl: Path):
+    data = load_etl(small_etl)  # an ETL directory without valid/, as --holdout test writes
+    assert not data.has_valid and data.valid_items is None
+    with pytest.raises(ValueError, match="no 'valid' split"):
+        data.held_out("valid")
+
+
+def test_missing_valid_split(valid_etl: Path):
+    shutil.rmtree(valid_etl / names.VALID_DIR)
+    with pytest.raises(
+        ValueError, match="valid: missing, but metadata.json says holdout 'valid,test'"
+    ):
+        load_etl(valid_etl)
+
+
+@pytest.mark.parametrize("which", ["test item in valid negatives", "valid item in test negatives"])
+def test_held_out_item_among_the_other_splits_negatives(valid_etl: Path, which: str):
+    test = pd.read_parquet(valid_etl / names.TEST_DIR)
+    valid = pd.read_parquet(valid_etl / names.VALID_DIR)
+    item, folder = (
+        (test, names.VALID_NEGATIVES_DIR)
+        if which.startswith("test")
+        else (valid, names.NEGATIVES_DIR)
+    )
+
+    def plant(f: pd.DataFrame) -> pd.DataFrame:
+        first = f.index[f[names.USER] == item[names.USER].iloc[4]][0]
+        f.loc[first, names.ITEM] = item[names.ITEM].iloc[4]
+        return f
+
+    _rewrite(valid_etl, folder, plant)
+    with pytest.raises(ValueError, match=r"user 4 has its valid item .* among the other split's"):
+        load_etl(valid_etl)

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
 from models import checkpoint, evaluate, train
-from models.fit import LOG_FILE, METRICS_FILE, PLOT_FILE
+from models.fit import (
+    DLE_PROTOCOL,
+    LOG_FILE,
+    METRICS_FILE,
+    PLOT_FILE,
+    VALID_PROTOCOL,
+    best_index,
+    should_stop,
+)
+from models.presets import TrainConfig
+from models.trainer import Trainer
+from ncf import names
 from ncf.dllog import read_log
 from tests.models.conftest import FAST, parse
+from tests.models.etl_data import planted_ratings
+from workflows.etl import EtlOptions, run_etl
 
 EPOCHS = 4
 
@@ -36,6 +51,9 @@ def test_learns_far_beyond_itempop_and_chance(run_dir: Path):
     first = m["history"][0]
     assert m["history"][-1]["loss"] < first["loss"]
     assert m["epochs_run"] == EPOCHS and m["config"]["negative_sampling"] == "exact"
+    # Without valid/: DLE's protocol, the keys of before.
+    assert m["protocol"] == DLE_PROTOCOL and "valid" not in m and "test" not in m
+    assert m["hr@10"] == m["best_accuracy"] == max(h["hr@10"] for h in m["history"])
 
 
 def test_outputs_follow_the_contracts(run_dir: Path):
@@ -146,3 +164,152 @@ def test_threshold_stops_early_and_approximate_mode(etl_dir: Path, tmp_path: Pat
     )
     assert m["epochs_run"] < 10 and m["hr@10"] >= 0.6
     assert m["time_to_target"] is not None and m["config"]["negative_sampling"] == "approximate"
+
+
+# -- the valid-selected protocol (ETL with --holdout valid,test) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def valid_etl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real `ncf etl --holdout valid,test` (pandas engine) of the planted ratings."""
+    frame = planted_ratings()
+    root = tmp_path_factory.mktemp("valid-etl")
+    ratings = pd.DataFrame(
+        {
+            "userId": frame.user + 1,
+            "movieId": frame.item + 1,
+            "rating": 4.0,
+            "timestamp": frame.time,
+        }
+    )
+    ratings.to_csv(root / "ratings.csv", index=False)
+    run_etl(
+        EtlOptions(
+            input=root / "ratings.csv",
+            out=root / "etl",
+            negatives=20,
+            min_ratings=1,
+            engine="pandas",
+            holdout="valid,test",
+        )
+    )
+    return root / "etl"
+
+
+@pytest.fixture(scope="module")
+def valid_run(valid_etl: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "valid"
+    _train(valid_etl, out, "--epochs", EPOCHS, "--deterministic")
+    return out
+
+
+def _valid_curve(m: dict) -> list[list]:
+    return [[h[k] for k in ("epoch", "loss", "valid_hr@10", "valid_ndcg@10")] for h in m["history"]]
+
+
+def test_valid_protocol_selects_on_validation(valid_run: Path):
+    m = json.loads((valid_run / METRICS_FILE).read_text())
+    assert m["protocol"] == VALID_PROTOCOL and m["valid_users"] == m["test_users"] == 120
+    assert all("hr@10" not in h and "ndcg@10" not in h for h in m["history"])
+    best = max(m["history"], key=lambda h: (h["valid_hr@10"], h["valid_ndcg@10"], -h["epoch"]))
+    assert m["best_epoch"] == best["epoch"]
+    assert m["valid"]["hr@10"] == best["valid_hr@10"]
+    assert m["valid"]["ndcg@10"] == best["valid_ndcg@10"]
+    state = torch.load(valid_run / checkpoint.BEST, weights_only=True)
+    assert state["epoch"] == best["epoch"]
+    assert state["metrics"] == {
+        "valid_hr@10": best["valid_hr@10"],
+        "valid_ndcg@10": best["valid_ndcg@10"],
+    }
+    # The headline figures are the test split's, of that epoch; the model learned.
+    assert (m["hr@10"], m["ndcg@10"]) == (m["test"]["hr@10"], m["test"]["ndcg@10"])
+    assert m["test"]["hr@10"] > m["itempop_hr@10"] + 0.2
+    assert m["valid"]["hr@10"] > m["valid"]["itempop_hr@10"] + 0.2
+    records = read_log(valid_run / LOG_FILE)
+    epochs = [r["data"] for r in records if isinstance(r.get("step"), list) and r["step"]]
+    assert len(epochs) == m["epochs_run"]
+    assert all({"valid_hr@10", "valid_ndcg@10"} <= e.keys() and "hr@10" not in e for e in epochs)
+    final = [r for r in records if r.get("step") == []][-1]["data"]
+    assert final["test_hr@10"] == m["test"]["hr@10"] and final["best_epoch"] == m["best_epoch"]
+    assert "best_accuracy" not in final and final["best_valid_hr@10"] == m["valid"]["hr@10"]
+
+
+def test_valid_protocol_scores_test_once_with_best_pt(valid_etl: Path, tmp_path: Path, monkeypatch):
+    splits: list[str] = []
+    original = Trainer.evaluate
+
+    def spy(self, split="test"):
+        splits.append(split)
+        return original(self, split)
+
+    monkeypatch.setattr(Trainer, "evaluate", spy)
+    out = tmp_path / "run"
+    m = _train(valid_etl, out, "--epochs", 3)
+    assert splits == ["valid", "valid", "valid", "test"]
+    # `ncf evaluate` of best.pt on the test split gives the test block.
+    args = parse(evaluate, ["--data", valid_etl, "--checkpoint", out / checkpoint.BEST, "--out",
+                            out / "e.json", "--device", "cpu"])  # fmt: skip
+    assert evaluate.run(args) == 0
+    report = json.loads((out / "e.json").read_text())
+    assert report["epoch"] == m["best_epoch"]
+    assert report["hr@10"] == pytest.approx(m["test"]["hr@10"], abs=1e-12)
+    assert report["ndcg@10"] == pytest.approx(m["test"]["ndcg@10"], abs=1e-12)
+
+
+def test_model_choice_never_reads_the_test_split(valid_etl: Path, valid_run: Path, tmp_path: Path):
+    """Corrupt test/ and negatives/ after the ETL: the curve, chosen epoch and valid figures stay."""
+    bad = tmp_path / "etl"
+    shutil.copytree(valid_etl, bad)
+    part = "part_0.parquet"
+    test = pd.read_parquet(bad / names.TEST_DIR / part)
+    train = pd.read_parquet(bad / names.TRAIN_DIR / part)
+    # Each test item becomes one of the user's training items; the test negatives become the
+    # valid negatives (both still pass load_etl's checks).
+    first_train = train.groupby(names.USER)[names.ITEM].first()
+    test[names.ITEM] = first_train.loc[test[names.USER]].to_numpy()
+    test.to_parquet(bad / names.TEST_DIR / part, index=False)
+    shutil.copy(bad / names.VALID_NEGATIVES_DIR / part, bad / names.NEGATIVES_DIR / part)
+    corrupted = _train(bad, tmp_path / "run", "--epochs", EPOCHS, "--deterministic")
+    clean = json.loads((valid_run / METRICS_FILE).read_text())
+    assert _valid_curve(corrupted) == _valid_curve(clean)
+    assert corrupted["best_epoch"] == clean["best_epoch"]
+    assert corrupted["valid"] == clean["valid"]
+    assert corrupted["test"] != clean["test"]  # the corruption is seen where test is read
+
+
+def test_valid_resume_equals_an_uninterrupted_run(valid_etl: Path, valid_run: Path, tmp_path: Path):
+    out = tmp_path / "resumed"
+    _train(valid_etl, out, "--epochs", 2, "--deterministic")
+    resumed = _train(valid_etl, out, "--epochs", EPOCHS, "--deterministic", "--resume")
+    straight = json.loads((valid_run / METRICS_FILE).read_text())
+    assert _valid_curve(resumed) == _valid_curve(straight)
+    assert resumed["best_epoch"] == straight["best_epoch"]
+    assert resumed["test"] == straight["test"] and resumed["valid"] == straight["valid"]
+
+
+def test_patience_stops_after_n_epochs_without_improvement(valid_etl: Path, tmp_path: Path):
+    m = _train(valid_etl, tmp_path / "p", "--epochs", 12, "--patience", 1, "--deterministic")
+    assert m["epochs_run"] == m["best_epoch"] + 2 < 12
+    assert m["config"]["patience"] == 1
+
+
+def _history(*pairs: tuple[float, float], valid: bool = True) -> list[dict]:
+    p = "valid_" if valid else ""
+    return [{"epoch": e, f"{p}hr@10": h, f"{p}ndcg@10": n} for e, (h, n) in enumerate(pairs)]
+
+
+def test_selection_rule_and_stop_rule_on_hand_made_histories():
+    # HR ties are broken by NDCG, then by the earlier epoch; the DLE rule looks at HR alone.
+    h = _history((0.5, 0.3), (0.6, 0.2), (0.6, 0.4), (0.6, 0.4), (0.55, 0.9))
+    assert best_index(h, True, 10) == 2
+    assert (
+        best_index(
+            _history(*[(x["valid_hr@10"], x["valid_ndcg@10"]) for x in h], valid=False), False, 10
+        )
+        == 1
+    )
+    cfg = TrainConfig(patience=2)
+    assert should_stop(h, cfg, True)  # epochs 3 and 4 did not beat epoch 2
+    assert not should_stop(h[:4], cfg, True)
+    assert not should_stop(h, TrainConfig(patience=0), True)  # 0 = off
+    assert should_stop(h, TrainConfig(threshold=0.6), True)

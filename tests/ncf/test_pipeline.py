@@ -57,12 +57,15 @@ def test_ncf_run_end_to_end(tmp_path):
         for r in read_log(run_dir / "train/log.json")
         if r["type"] == "LOG" and r["step"] not in ("PARAMETER", [])
     ]
-    assert len(epochs) == 2 and all("hr@10" in r["data"] for r in epochs)
+    # `ncf run` holds out valid and test: epochs are evaluated on validation only.
+    assert len(epochs) == 2 and all("valid_hr@10" in r["data"] for r in epochs)
+    assert m["protocol"] == "valid-selected"
     out = proc.stdout
     for needle in ("HR@10", "NDCG@10", "samples/s", "p99"):
         assert needle in out
     report = (run_dir / "report.md").read_text()
     assert "ItemPop" in report and "learning_curve.png" in report
+    assert "Protocol: valid-selected" in report
 
 
 def test_ncf_run_stops_at_the_failing_stage_with_its_command(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from workflows.backend import dense_codes, group_max, member, repeat
 from workflows.encoding import lookup
 from workflows.negatives import sample_negatives
-from workflows.split import latest_of_duplicates, leave_one_out, min_count_mask
+from workflows.split import hold_out_latest, latest_of_duplicates, leave_one_out, min_count_mask
 
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.cuda
@@ -46,6 +46,22 @@ def test_split_functions_match_numpy():
     )
     np.testing.assert_array_equal(test_gpu.get(), test)
     assert test.sum() == uniques.size
+
+
+@pytest.mark.parametrize("ties", ["item-id", "file-order"])
+def test_valid_test_hold_out_matches_numpy(ties):
+    user, item, time = ratings(3)
+    mask, _ = min_count_mask(user, 3)
+    codes, uniques = dense_codes(user[mask])
+    tie = item[mask] if ties == "item-id" else np.flatnonzero(mask)  # raw movieId or line number
+    cpu = hold_out_latest(codes, tie, time[mask], uniques.size, 2)
+    gpu = hold_out_latest(
+        cupy.asarray(codes), cupy.asarray(tie), cupy.asarray(time[mask]), uniques.size, 2
+    )
+    for a, b in zip(cpu, gpu, strict=True):
+        np.testing.assert_array_equal(b.get(), a)
+        assert a.sum() == uniques.size
+    assert not (cpu[0] & cpu[1]).any()
 
 
 def test_helpers_match_numpy():

@@ -1,4 +1,8 @@
-"""End to end on hand-made tables: filtering counts, exact outputs, errors that write nothing, reuse."""
+"""End to end on hand-made tables: filtering counts, exact outputs, errors that write nothing, reuse.
+
+The exact-output cases run ``--holdout test`` (DLE's layout, the outputs of the code before
+``--holdout`` existed); ``test_holdout.py`` covers ``--holdout valid,test`` and ``--ties``.
+"""
 
 from __future__ import annotations
 
@@ -34,9 +38,18 @@ def table(tmp_path):
 
 
 def test_hand_made_table_pandas_engine(table, tmp_path):
-    meta = etl(table, tmp_path / "out", negatives=2, min_ratings=2, engine="pandas")
-    assert meta["dropped"] == {"duplicate_pairs": 1, "users_below_min_ratings": 1}
-    assert meta["dropped_users"] == {"below_min_ratings": 1}
+    meta = etl(table, tmp_path / "out", negatives=2, min_ratings=2, engine="pandas", holdout="test")
+    assert meta["dropped"] == {
+        "duplicate_pairs": 1,
+        "users_below_min_ratings": 1,
+        "users_below_holdout_minimum": 0,
+    }
+    assert meta["dropped_users"] == {"below_min_ratings": 1, "below_holdout_minimum": 0}
+    assert (meta["holdout"], meta["ties"], meta["holdout_min_interactions"]) == (
+        "test",
+        "item-id",
+        1,
+    )
     assert (meta["n_users"], meta["n_items"]) == (2, 5)
     data = outputs(tmp_path / "out")
     # sorted-unique ids: users 10->0, 20->1; items 1..5 -> 0..4
@@ -51,7 +64,7 @@ def test_hand_made_table_nvtabular_engine(table, tmp_path):
     from workflows.workflow import import_nvtabular, quiet_merlin
 
     out = tmp_path / "out"
-    meta = etl(table, out, negatives=2, min_ratings=2)
+    meta = etl(table, out, negatives=2, min_ratings=2, holdout="test")
     nvt = import_nvtabular()
     import pandas as pd
 
@@ -70,7 +83,7 @@ def test_hand_made_table_nvtabular_engine(table, tmp_path):
     assert pairs(data[NEGATIVES_DIR]) == sorted(
         [(u10, i[4]), (u10, i[5]), (u20, i[2]), (u20, i[3])]
     )
-    assert meta["dropped"] == {"duplicate_pairs": 1, "users_below_min_ratings": 1}
+    assert meta["dropped"]["duplicate_pairs"] == meta["dropped"]["users_below_min_ratings"] == 1
     # movieId 2 of dropped user 30 still has an id (user 10 rated it); nothing of user 30 remains.
     assert meta["n_users"] == 2 and meta["num_users"] == 5
 
@@ -150,7 +163,7 @@ def test_bad_options(table, tmp_path):
 def test_ml1m_dat_and_bom_crlf_csv_end_to_end(tmp_path, name, content):
     path = tmp_path / name
     path.write_bytes(content.encode("utf-8"))
-    meta = etl(path, tmp_path / "out", negatives=1, min_ratings=2, engine="pandas")
+    meta = etl(path, tmp_path / "out", negatives=1, min_ratings=2, engine="pandas", holdout="test")
     assert meta["input"]["format"] == name.rsplit(".", 1)[1]
     data = outputs(tmp_path / "out")
     # users 1, 2 -> 0, 1; items 10, 20, 30 -> 0, 1, 2; tests: (1, 20) and (2, 30)

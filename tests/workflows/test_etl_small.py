@@ -1,4 +1,7 @@
-"""End to end on all of ml-latest-small (100,836 ratings): split, negatives, counts, workflow."""
+"""End to end on all of ml-latest-small (100,836 ratings): split, negatives, counts, workflow.
+
+Default options: ``--holdout valid,test --ties item-id``.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +16,13 @@ from ncf.names import (
     TEST_DIR,
     TRAIN_DIR,
     USER,
+    VALID_DIR,
+    VALID_NEGATIVES_DIR,
     WORKFLOW_DIR,
 )
-from tests.workflows.helpers import SMALL, etl, metadata, needs_nvtabular, outputs
+from tests.workflows.helpers import SMALL, etl, metadata, needs_nvtabular, read
+
+SPLITS = (TRAIN_DIR, VALID_DIR, TEST_DIR, NEGATIVES_DIR, VALID_NEGATIVES_DIR)
 
 N_NEG = 100
 pytestmark = needs_nvtabular
@@ -26,7 +33,7 @@ def small(tmp_path_factory):
     """One NVTabular-engine ETL run of ml-latest-small, shared by the tests of this module."""
     out = tmp_path_factory.mktemp("etl") / "small"
     etl(SMALL, out, negatives=N_NEG, min_ratings=20, seed=3)
-    return out, outputs(out), metadata(out)
+    return out, {n: read(out, n) for n in SPLITS}, metadata(out)
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +64,12 @@ def test_counts_match_metadata(small, raw):
     assert meta["input"]["rows"] == len(raw) == 100_836
     assert meta["train_rows"] == len(data[TRAIN_DIR])
     assert meta["test_rows"] == len(data[TEST_DIR]) == meta["n_users"] == raw[RAW_USER].nunique()
+    assert meta["valid_rows"] == len(data[VALID_DIR]) == meta["n_users"]
     assert meta["negative_rows"] == len(data[NEGATIVES_DIR]) == N_NEG * meta["n_users"]
+    assert meta["valid_negative_rows"] == len(data[VALID_NEGATIVES_DIR]) == meta["negative_rows"]
     assert meta["n_items"] == raw[RAW_ITEM].nunique()
-    assert meta["train_rows"] + meta["test_rows"] == len(raw) - sum(meta["dropped"].values())
+    held = meta["valid_rows"] + meta["test_rows"]
+    assert meta["train_rows"] + held == len(raw) - sum(meta["dropped"].values())
     assert meta["negatives_per_user"] == N_NEG and meta["seed"] == 3
     # Categorify reserves ids 0..2; real ids fill [lo, hi) and the embedding tables cover them.
     assert (
@@ -75,12 +85,12 @@ def test_counts_match_metadata(small, raw):
             assert frame[name].between(lo, hi - 1).all()
 
 
-def test_no_negative_is_a_positive_and_all_are_distinct(small):
+@pytest.mark.parametrize("folder", [NEGATIVES_DIR, VALID_NEGATIVES_DIR])
+def test_no_negative_is_a_positive_and_all_are_distinct(small, folder):
     _, data, _ = small
-    positives = pd.concat([data[TRAIN_DIR], data[TEST_DIR]])
-    clash = data[NEGATIVES_DIR].merge(positives, on=[USER, ITEM])
-    assert clash.empty
-    neg = data[NEGATIVES_DIR]
+    positives = pd.concat([data[TRAIN_DIR], data[VALID_DIR], data[TEST_DIR]])
+    neg = data[folder]
+    assert neg.merge(positives, on=[USER, ITEM]).empty  # so neither split's held-out item
     assert not neg.duplicated().any()
     assert (neg.groupby(USER).size() == N_NEG).all()
     assert neg[USER].is_monotonic_increasing
@@ -88,13 +98,16 @@ def test_no_negative_is_a_positive_and_all_are_distinct(small):
 
 def test_split_is_each_users_latest_rating(small, raw, workflow):
     _, data, _ = small
-    # Independent reference: sort by (user, timestamp, movieId), take each user's last row.
-    latest = raw.sort_values([RAW_USER, "timestamp", RAW_ITEM]).groupby(RAW_USER).tail(1)
-    expected = encode(workflow, latest).sort_values(USER).reset_index(drop=True)
-    pd.testing.assert_frame_equal(data[TEST_DIR].reset_index(drop=True), expected)
-    # Train is everything else: train + test together are exactly all ratings.
+    # Independent reference: sort by (user, timestamp, movieId); the last row of each user is
+    # test, the one before it valid.
+    ordered = raw.sort_values([RAW_USER, "timestamp", RAW_ITEM]).groupby(RAW_USER)
+    for name, rows in ((TEST_DIR, ordered.nth(-1)), (VALID_DIR, ordered.nth(-2))):
+        rows = rows.reset_index() if RAW_USER not in rows.columns else rows
+        expected = encode(workflow, rows).sort_values(USER).reset_index(drop=True)
+        pd.testing.assert_frame_equal(data[name].reset_index(drop=True), expected)
+    # Train is everything else: the three splits together are exactly all ratings.
     both = (
-        pd.concat([data[TRAIN_DIR], data[TEST_DIR]])
+        pd.concat([data[TRAIN_DIR], data[VALID_DIR], data[TEST_DIR]])
         .sort_values([USER, ITEM])
         .reset_index(drop=True)
     )
@@ -123,7 +136,7 @@ def test_vocab_files_give_the_workflow_mapping(small, raw, workflow):
 def test_same_input_same_output(small, tmp_path):
     out, data, _ = small
     etl(SMALL, tmp_path / "again", negatives=N_NEG, min_ratings=20, seed=3)
-    again = outputs(tmp_path / "again")
+    again = {n: read(tmp_path / "again", n) for n in SPLITS}
     for name, frame in data.items():
         pd.testing.assert_frame_equal(again[name], frame)
 
@@ -137,7 +150,7 @@ def test_pandas_engine_gives_the_same_split(small, raw, workflow, tmp_path):
     # Map both outputs back to raw ids: the same test pairs.
     users = pd.read_parquet(out / meta["vocab"]["user"])[RAW_USER]
     items = pd.read_parquet(out / meta["vocab"]["item"])[RAW_ITEM]
-    test = outputs(out)[TEST_DIR]
+    test = read(out, TEST_DIR)
     pandas_raw = sorted(
         zip(users.loc[test[USER]].values, items.loc[test[ITEM]].values, strict=True)
     )
