@@ -24,7 +24,7 @@ from models.distributed import DistEnv, all_reduce_sum
 from models.dropout import bits_supported, draw_keep_bits
 from models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
 from models.evaluate import evaluate_model
-from models.neumf import NeuMF
+from models.kinds import build_model
 from models.presets import TrainConfig
 from models.runtime import keep_freed_memory
 from models.sampling import PositiveSet, check_sampleable
@@ -66,7 +66,8 @@ class Trainer:
         self.data, self.cfg, self.env, self.opts = data, cfg, env, opts
         self.device = env.device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
-        self.model = NeuMF(cfg.model_config(data.num_users, data.num_items)).to(self.device)
+        self.model = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
+        self.model = self.model.to(self.device)
         self.net = self.model
         if env.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -101,7 +102,7 @@ class Trainer:
 
     def step(self, plan: EpochPlan, start: int, size: int, gen: torch.Generator) -> torch.Tensor:
         """Train on global batch ``plan.perm[start : start + size]``; returns this rank's BCE sum."""
-        widths = self.model.cfg.mlp_layers[1:]
+        widths = getattr(self.model.cfg, "mlp_layers", [])[1:]  # dropout per MLP layer; MF: none
         bits = None
         if self.cfg.dropout > 0 and bits_supported(self.cfg.dropout):
             bits = [draw_keep_bits(size, w, gen, self.device) for w in widths]  # whole global batch
@@ -121,7 +122,8 @@ class Trainer:
                 bce = F.binary_cross_entropy_with_logits(
                     logits.float(), labels[ms:me], reduction="sum"
                 )
-                self.scaler.scale(bce * factor).backward()
+                penalty = getattr(self.model, "penalty", 0.0)  # MF's L2 term (models/mf.py)
+                self.scaler.scale((bce + penalty) * factor).backward()
             total += bce.detach()
         self.model.dropout_bits = None
         self.scaler.step(self.opt)
