@@ -136,3 +136,31 @@ def test_evaluate_full_ranking_matches_a_per_user_loop(
     printed = capsys.readouterr().out
     assert "full: HR@10" in printed and ("MF " if kind == "mf" else "NeuMF") in printed
     assert not math.isnan(report["full_ranking_seconds"])
+
+
+@pytest.mark.distributed
+def test_full_ranking_sharded_over_two_ranks_equals_one(
+    mf_run: Path, etl_dir: Path, tmp_path: Path
+):
+    """Each rank ranks its shard of users; the all-reduced sums give the one-process figures."""
+    import subprocess
+    import sys
+
+    argv = ["--data", str(etl_dir), "--checkpoint", str(mf_run / checkpoint.BEST), "--device", "cpu",
+            "--full-ranking", "--eval-batch-size", "600", "--threads", "1"]  # fmt: skip
+    assert evaluate.run(parse(evaluate, [*argv, "--out", tmp_path / "one.json"])) == 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "ncf.cli", "evaluate", *argv, "--out", str(tmp_path / "two.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert two["world_size"] == 2
+    for key in (
+        "full_hr@10",
+        "full_ndcg@10",
+        "full_mrr",
+        "itempop_full_mrr",
+        "full_candidates_per_user",
+    ):
+        assert two[key] == pytest.approx(one[key], rel=1e-12), key
