@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from models import checkpoint
-from models.data import EtlData, load_etl
+from models.data import EtlData, load_etl, read_pairs
 from models.distributed import DistEnv, all_reduce_sum, process_group
 from models.epoch import shard_bounds
 from models.kinds import LABELS
@@ -31,6 +31,7 @@ from models.metrics import (
     seen_csr,
 )
 from models.runtime import configure, default_threads
+from ncf import names
 from ncf.atomic import write_json
 
 CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
@@ -219,14 +220,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def known_interactions(data: EtlData) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a test user is known to have interacted with: its training positives, plus its
+    validation item where the ETL holds a validation split (excluded from the test ranking too)."""
+    folder = data.path / names.VALID_DIR
+    if not folder.is_dir():
+        return data.train_users, data.train_items
+    users, items = (torch.from_numpy(a).to(data.train_users) for a in read_pairs(folder))
+    return torch.cat((data.train_users, users)), torch.cat((data.train_items, items))
+
+
 def full_ranking_report(
     model: nn.Module, data: EtlData, env: DistEnv, args: argparse.Namespace
 ) -> dict[str, float]:
     """Full-ranking figures of the model and of ItemPop, under the keys ``ncf evaluate`` writes."""
     k = args.topk
-    full = evaluate_full_ranking(model_scorer(model, args.amp), data, env, k, args.eval_batch_size)
+    known, batch = known_interactions(data), args.eval_batch_size
+    full = evaluate_full_ranking(model_scorer(model, args.amp), data, env, k, batch, known)
     pop = popularity_scorer(item_popularity(data.train_items, data.num_items))
-    pop_full = evaluate_full_ranking(pop, data, env, k, args.eval_batch_size)
+    pop_full = evaluate_full_ranking(pop, data, env, k, batch, known)
     out = {
         "full_candidates_per_user": full["candidates"],
         "full_ranking_seconds": full["seconds"],

@@ -36,9 +36,7 @@ from models.trainer import RunOptions, Trainer
 from ncf import names
 from ncf.atomic import write_bytes
 
-# Where the validation split of `ncf etl --holdout valid,test` lives (same columns as test/, negatives/).
-VALID_DIR = "valid"
-VALID_NEGATIVES_DIR = "valid_negatives"
+VALID_DIR, VALID_NEGATIVES_DIR = names.VALID_DIR, names.VALID_NEGATIVES_DIR
 HOLDOUT_HINT = "tune needs `ncf etl --holdout valid,test`"
 BEST_FILE, PLOT_FILE, STUDY_FILE, LOCK_FILE = "best.json", "trials.png", "study.db", ".tune.lock"
 # Test hook: SIGKILL the search in the first epoch of the trial that follows this many finished ones.

@@ -114,3 +114,18 @@ def test_validation_split_replaces_the_test_split(valid_etl: Path):
     assert (valid.test_items != data.test_items).all()  # the second-latest item, not the latest
     assert valid.eval_negatives.shape == data.eval_negatives.shape
     assert valid.train_items is data.train_items
+
+
+def test_full_ranking_on_test_also_excludes_the_validation_item(valid_etl: Path, tmp_path: Path):
+    from models import evaluate
+
+    run = tmp_path / "mf"
+    argv = ["--data", valid_etl, "--out", run, "--model", "mf", "--epochs", "1", "--threads", "1",
+            "--device", "cpu", "--no-progress"]  # fmt: skip
+    assert train.run(parse(train, argv)) == 0
+    out = tmp_path / "e.json"
+    argv = ["--data", valid_etl, "--checkpoint", run / "best.pt", "--full-ranking", "--out", out,
+            "--device", "cpu"]  # fmt: skip
+    assert evaluate.run(parse(evaluate, argv)) == 0
+    # 80 items; 10 training items and 1 validation item known per user: 69 candidates, not 70
+    assert json.loads(out.read_text())["full_candidates_per_user"] == pytest.approx(69.0)

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.tune import VALID_DIR, VALID_NEGATIVES_DIR
 from ncf import names
 from tests.models.etl_data import RESERVED, write_etl_dir
 
@@ -35,8 +34,8 @@ def write_valid_etl_dir(frame: pd.DataFrame, out: Path, negatives: int = 20, see
     neg = np.concatenate(negs)
     tables = {
         names.TRAIN_DIR: (train.user.to_numpy(), train.item.to_numpy()),
-        VALID_DIR: (valid.user.to_numpy(), valid.item.to_numpy()),
-        VALID_NEGATIVES_DIR: (neg[:, 0], neg[:, 1]),
+        names.VALID_DIR: (valid.user.to_numpy(), valid.item.to_numpy()),
+        names.VALID_NEGATIVES_DIR: (neg[:, 0], neg[:, 1]),
     }
     for sub, (u, i) in tables.items():
         (out / sub).mkdir(exist_ok=True)
