@@ -137,17 +137,12 @@ def resolve(preset: str, overrides: dict) -> TrainConfig:
 def _checked(name: str, value: Any, where: str) -> Any:
     """``value`` if it has the JSON type of TrainConfig field ``name`` (ints pass as floats)."""
     default = getattr(TrainConfig(), name)
-    if isinstance(value, bool):
-        ok = False
-    elif isinstance(default, float):
-        ok, value = (
-            isinstance(value, (int, float)),
-            float(value) if isinstance(value, int) else value,
-        )
-    elif isinstance(default, list):
+    if isinstance(default, float) and type(value) is int:  # JSON writes 1.0 as 1 in places
+        value = float(value)
+    if isinstance(default, list):
         ok = isinstance(value, list) and all(type(x) is int for x in value)
     else:
-        ok = isinstance(value, type(default))
+        ok = type(value) is type(default)  # bool is not an int here
     if not ok:
         raise ValueError(
             f"{where}: {name}={value!r} must be {type(default).__name__} (like the default {default!r})"
