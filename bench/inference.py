@@ -93,7 +93,7 @@ def load_model(args: argparse.Namespace) -> tuple[NeuMF, str]:
         return NeuMF(
             cfg
         ).eval(), f"random init ({args.num_users:,} users x {args.num_items:,} items)"
-    model, _ = checkpoint.load_model(args.checkpoint)
+    model, _ = checkpoint.load_model(args.checkpoint, kinds=("neumf",))
     return model, str(args.checkpoint)
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from models.neumf import NeuMF, NeuMFConfig
+from models.kinds import DEFAULT_KIND, MODELS, build_model
 from ncf.atomic import write_bytes, write_json
 from ncf.digest import sha256_bytes, sha256_file
 
@@ -145,20 +146,33 @@ def load(
     return state
 
 
-def load_model(
-    path: str | Path, map_location: str | torch.device = "cpu", check: bool = True
-) -> tuple[NeuMF, dict[str, Any]]:
-    """The NeuMF a checkpoint describes, its weights loaded, in eval mode; and the checkpoint.
+def model_kind(state: dict[str, Any]) -> str:
+    """The model kind a checkpoint records (``train_config["model"]``; NeuMF before MF existed)."""
+    return str(state.get("train_config", {}).get("model", DEFAULT_KIND))
 
-    Raises the errors of ``load``, and ``ValueError`` if the weights do not fit the config.
+
+def load_model(
+    path: str | Path,
+    map_location: str | torch.device = "cpu",
+    check: bool = True,
+    kinds: tuple[str, ...] = tuple(MODELS),
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The model a checkpoint describes (NeuMF or MF), its weights loaded, in eval mode; and the
+    checkpoint.
+
+    Raises the errors of ``load``, and ``ValueError`` if the weights do not fit the config or the
+    model kind is not one of ``kinds`` (e.g. export takes NeuMF only).
     """
     state = load(path, map_location, check)
+    kind = model_kind(state)
+    if kind not in kinds:
+        raise ValueError(f"{path}: holds a {kind!r} model; this command takes {list(kinds)}")
     weights = dict(state["model"])
     for prefix in ("module.", "_orig_mod."):  # DDP- or torch.compile-wrapped state dicts
         if weights and all(k.startswith(prefix) for k in weights):
             weights = {k[len(prefix) :]: v for k, v in weights.items()}
     try:
-        model = NeuMF(NeuMFConfig(**state["config"]))
+        model = build_model(kind, dict(state["config"]))
         model.load_state_dict(weights)
     except (TypeError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0]

@@ -1,7 +1,10 @@
 """``ncf evaluate``: HR@K / NDCG@K of a checkpoint and of the ItemPop baseline on one ETL split.
 
-Also the evaluation used after every training epoch: test users are sharded across ranks and the
-metric sums all-reduced, so every rank gets the same figures.
+Two candidate sets for each test user's held-out item: the ETL's sampled negatives
+(``evaluate_model``, also run after every training epoch), and with ``--full-ranking`` every item
+the user has not interacted with in training (``evaluate_full_ranking``: HR@K = Recall@K, NDCG@K,
+MRR). Either way test users are sharded across ranks and the metric sums all-reduced, so every
+rank gets the same figures.
 """
 
 from __future__ import annotations
@@ -9,19 +12,30 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from models import checkpoint
 from models.data import EtlData, load_etl
 from models.distributed import DistEnv, all_reduce_sum, process_group
 from models.epoch import shard_bounds
-from models.metrics import hit_ndcg, item_popularity, itempop_hit_ndcg
+from models.kinds import LABELS
+from models.metrics import (
+    full_ranking_metrics,
+    hit_ndcg,
+    item_popularity,
+    itempop_hit_ndcg,
+    seen_csr,
+)
 from models.runtime import configure, default_threads
 from ncf.atomic import write_json
 
 CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
+# users [U], items [C] (int64, on one device) -> float scores [U, C]
+Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @torch.inference_mode()
@@ -85,6 +99,74 @@ def evaluate_itempop(data: EtlData, k: int = 10) -> dict[str, float]:
     }
 
 
+def model_scorer(model: nn.Module, amp: bool = False) -> Scorer:
+    """Scores of every (user, item) pair of a chunk: the model's ``score_matrix`` where it has one
+    (MF: one matmul), else one batched forward over the ``U * C`` pairs. Puts ``model`` in eval mode.
+    """
+    model.eval()
+
+    def score(users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        device = users.device.type
+        dtype = torch.float16 if device == "cuda" else torch.bfloat16
+        with torch.autocast(device, dtype=dtype, enabled=amp):
+            if hasattr(model, "score_matrix"):
+                return model.score_matrix(users, items).float()
+            pairs = model(users.repeat_interleave(items.numel()), items.repeat(users.numel()))
+        return pairs.float().view(users.numel(), items.numel())
+
+    return score
+
+
+def popularity_scorer(popularity: torch.Tensor) -> Scorer:
+    """ItemPop as a scorer: every user gets the items' training counts (``popularity [num_items]``)."""
+    return lambda users, items: popularity[items].unsqueeze(0).repeat(users.numel(), 1)
+
+
+@torch.inference_mode()
+def evaluate_full_ranking(
+    scorer: Scorer,
+    data: EtlData,
+    env: DistEnv,
+    k: int = 10,
+    batch_size: int = 1 << 20,
+    known: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Full-ranking HR@k, NDCG@k and MRR over the test users of ``data`` (all ranks together).
+
+    Each test user's held-out item is ranked against every item of ``item_id_range`` the user has
+    no ``known`` interaction with (default: the training positives). Users go in chunks of about
+    ``batch_size`` scores (``[chunk, C]``); rank ``r`` takes its contiguous shard of users. Returns
+    ``{"hr", "ndcg", "mrr", "users", "candidates" (mean per user), "seconds"}``.
+    """
+    t0 = time.perf_counter()
+    lo, hi = data.item_range
+    users_all, items = data.test_users, torch.arange(lo, hi, device=env.device)
+    known_users, known_items = known if known is not None else (data.train_users, data.train_items)
+    indptr, cols = seen_csr(known_users, known_items, data.num_users, lo)
+    first, last = shard_bounds(users_all.numel(), env.world_size, env.rank)
+    cap = batch_size if env.device.type == "cuda" else min(batch_size, CPU_EVAL_CHUNK)
+    step = max(1, cap // (hi - lo))
+    sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # hr ndcg mrr candidates users
+    for s in range(first, last, step):
+        e = min(s + step, last)
+        users = users_all[s:e].long()
+        scores = scorer(users, items)
+        m = full_ranking_metrics(scores, data.test_items[s:e].long() - lo, users, indptr, cols, k)
+        parts = [m["hr"].sum(), m["ndcg"].sum(), m["mrr"].sum(), m["candidates"].sum().double()]
+        sums += torch.stack([*parts, torch.tensor(e - s, dtype=torch.float64, device=env.device)])
+    all_reduce_sum(sums, env)
+    hr, ndcg, mrr, candidates, n = sums.tolist()
+    n_users = max(n, 1.0)
+    return {
+        "hr": hr / n_users,
+        "ndcg": ndcg / n_users,
+        "mrr": mrr / n_users,
+        "users": int(n),
+        "candidates": candidates / n_users,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
 def check_compatible(state: dict, data: EtlData, where: Path) -> None:
     """Raise if the checkpoint's embedding sizes do not fit the split; warn if it came from other data."""
     cfg = state["config"]
@@ -127,8 +209,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--amp", action="store_true", help="score under autocast (fp16 on CUDA, bf16 on CPU)"
     )
     p.add_argument(
+        "--full-ranking",
+        action="store_true",
+        help="also rank each held-out item against every item the user has not interacted with in "
+        "training (HR@K = Recall@K, NDCG@K, MRR), for the model and ItemPop",
+    )
+    p.add_argument(
         "--threads", type=int, help="CPU threads per process (default: cores / local ranks)"
     )
+
+
+def known_interactions(data: EtlData) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a test user is known to have interacted with: its training positives, plus its
+    validation item where the ETL holds a validation split (excluded from the test ranking too)."""
+    if not data.has_valid:
+        return data.train_users, data.train_items
+    users, items = data.valid_users.to(data.train_users), data.valid_items.to(data.train_items)
+    return torch.cat((data.train_users, users)), torch.cat((data.train_items, items))
+
+
+def full_ranking_report(
+    model: nn.Module, data: EtlData, env: DistEnv, args: argparse.Namespace
+) -> dict[str, float]:
+    """Full-ranking figures of the model and of ItemPop, under the keys ``ncf evaluate`` writes."""
+    k = args.topk
+    known, batch = known_interactions(data), args.eval_batch_size
+    full = evaluate_full_ranking(model_scorer(model, args.amp), data, env, k, batch, known)
+    pop = popularity_scorer(item_popularity(data.train_items, data.num_items))
+    pop_full = evaluate_full_ranking(pop, data, env, k, batch, known)
+    out = {
+        "full_candidates_per_user": full["candidates"],
+        "full_ranking_seconds": full["seconds"],
+        "itempop_full_ranking_seconds": pop_full["seconds"],
+    }
+    for prefix, r in (("", full), ("itempop_", pop_full)):
+        out |= {f"{prefix}full_hr@{k}": r["hr"], f"{prefix}full_ndcg@{k}": r["ndcg"]}
+        out[f"{prefix}full_mrr"] = r["mrr"]
+    return out
+
+
+def print_table(report: dict, k: int) -> None:
+    """The figures of ``run`` as a small table on stdout (full-ranking columns when present)."""
+    full = f"full_hr@{k}" in report
+    head = f"{'model':8s} HR@{k}   NDCG@{k}" + (f" | full: HR@{k}  NDCG@{k} MRR" if full else "")
+    print(head)
+    for label, prefix in ((LABELS[report["model"]], ""), ("ItemPop", "itempop_")):
+        line = f"{label:8s} {report[f'{prefix}hr@{k}']:.4f}  {report[f'{prefix}ndcg@{k}']:.4f} "
+        if full:
+            line += f" |       {report[f'{prefix}full_hr@{k}']:.4f}  {report[f'{prefix}full_ndcg@{k}']:.4f}"
+            line += f"  {report[f'{prefix}full_mrr']:.4f}"
+        print(line)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         report = {
             "checkpoint": str(args.checkpoint),
             "data": str(args.data),
+            "model": checkpoint.model_kind(state),
             "epoch": state["epoch"],
             f"hr@{k}": res["hr"],
             f"ndcg@{k}": res["ndcg"],
@@ -157,15 +288,19 @@ def run(args: argparse.Namespace) -> int:
             "world_size": env.world_size,
             "amp": bool(args.amp),
         }
+        if args.full_ranking:
+            report |= full_ranking_report(model, data, env, args)
         if env.is_main:
+            print_table(report, k)
             print(
-                f"{'model':8s} HR@{k} {res['hr']:.4f}  NDCG@{k} {res['ndcg']:.4f}  (epoch {state['epoch']})"
+                f"epoch {state['epoch']}; {res['users']} users x {data.eval_negatives.shape[1]} "
+                f"negatives, {report['eval_throughput']:,.0f} samples/s on {env.device}"
             )
-            print(f"{'ItemPop':8s} HR@{k} {pop['hr']:.4f}  NDCG@{k} {pop['ndcg']:.4f}")
-            print(
-                f"{res['users']} users x {data.eval_negatives.shape[1]} negatives, "
-                f"{report['eval_throughput']:,.0f} samples/s on {env.device}"
-            )
+            if args.full_ranking:
+                print(
+                    f"full ranking: {report['full_candidates_per_user']:,.0f} candidates per user "
+                    f"on average, {report['full_ranking_seconds']:.2f} s"
+                )
             if args.out:
                 write_json(args.out, report)
     return 0

@@ -262,5 +262,5 @@ def _plot(tr: Trainer, itempop: dict) -> None:
         tr.opts.out / PLOT_FILE,
         k,
         itempop,
-        title=f"NeuMF on {tr.opts.etl_dir.name} (preset {tr.opts.preset}), {split} split",
+        title=f"{tr.cfg.model} on {tr.opts.etl_dir.name} (preset {tr.opts.preset}), {split} split",
     )

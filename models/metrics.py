@@ -1,8 +1,12 @@
-"""Leave-one-out ranking metrics: HR@K and NDCG@K of one held-out item among sampled negatives.
+"""Leave-one-out ranking metrics of one held-out item per user: HR@K, NDCG@K and MRR.
 
-Pure functions of scores. Ties between the held-out item and a negative are resolved as the
-expected value over a uniformly random order of the tied items: a constant scorer gets the HR of a
-random ranking (K / (N + 1)) rather than 0 or 1, and ItemPop's many equal counts are scored fairly.
+Two candidate sets: the ETL's sampled negatives (``hit_ndcg``), or every item the user has not
+interacted with in training (full ranking: ``full_rank_counts``). Pure functions of scores.
+
+Tie rule (both): ties between the held-out item and another candidate are resolved as the expected
+value over a uniformly random order of the tied items. A constant scorer gets the HR of a random
+ranking (K / (N + 1)) rather than 0 or 1, and ItemPop's many equal counts are scored fairly. A held-out
+score of NaN is a miss (HR, NDCG and MRR 0).
 """
 
 from __future__ import annotations
@@ -33,27 +37,149 @@ def rank_counts(
     return greater, ties
 
 
-def hit_ndcg(
-    pos_scores: torch.Tensor, neg_scores: torch.Tensor, k: int = 10
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-user HR@k and NDCG@k (float64 ``[U]`` each; means are the reported metrics).
+def ranking_metrics(
+    greater: torch.Tensor, ties: torch.Tensor, k: int = 10
+) -> dict[str, torch.Tensor]:
+    """Per-user HR@k, NDCG@k and MRR (float64 ``[U]`` each) from the candidates' rank counts.
 
-    With ``g`` negatives above the item and ``t`` tied, the item's 0-based position is uniform in
-    ``g .. g + t``: ``HR = P(position < k)`` and ``NDCG = E[1 / log2(position + 2); position < k]``.
-    A NaN held-out score is a miss.
+    With ``g`` candidates scored above the held-out item and ``t`` tied with it, the item's 0-based
+    position is uniform in ``g .. g + t``: ``HR = P(position < k)``,
+    ``NDCG = E[1 / log2(position + 2); position < k]`` and ``MRR = E[1 / (position + 1)]`` (no
+    cut-off). With one held-out item per user, HR@k is also Recall@k.
     """
     if k < 1:
         raise ValueError(f"top-k={k}: must be >= 1")
-    greater, ties = rank_counts(pos_scores, neg_scores)
     g = greater.unsqueeze(1)  # [U, 1]
-    positions = torch.arange(k, device=pos_scores.device)  # [k]
+    positions = torch.arange(k, device=greater.device)  # [k]
     inside = (positions >= g) & (positions <= g + ties.unsqueeze(1))  # [U, k]
     gain = 1.0 / torch.log2(positions.double() + 2.0)  # [k]
     denom = (ties + 1).double()
-    hr = inside.sum(1).double() / denom
-    ndcg = (inside.double() * gain).sum(1) / denom
+    # sum_{p=g}^{g+t} 1/(p+1) = H(g+t+1) - H(g), and H(n) = digamma(n+1) + Euler's constant.
+    gd, td = greater.double(), ties.double()
+    spread = (torch.special.digamma(gd + td + 2.0) - torch.special.digamma(gd + 1.0)) / denom
+    mrr = torch.where(ties == 0, 1.0 / (gd + 1.0), spread)  # exact when there is no tie
+    return {
+        "hr": inside.sum(1).double() / denom,
+        "ndcg": (inside.double() * gain).sum(1) / denom,
+        "mrr": mrr,
+    }
+
+
+def hit_ndcg(
+    pos_scores: torch.Tensor, neg_scores: torch.Tensor, k: int = 10
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-user HR@k and NDCG@k among sampled negatives (float64 ``[U]`` each).
+
+    ``pos_scores [U]`` scores the held-out items, ``neg_scores [U, N]`` the users' negatives;
+    the means over users are the reported metrics. Ties: see ``ranking_metrics``.
+    """
+    greater, ties = rank_counts(pos_scores, neg_scores)
+    m = ranking_metrics(greater, ties, k)
     miss = torch.isnan(pos_scores)
-    return hr.masked_fill(miss, 0.0), ndcg.masked_fill(miss, 0.0)
+    return m["hr"].masked_fill(miss, 0.0), m["ndcg"].masked_fill(miss, 0.0)
+
+
+def seen_csr(
+    users: torch.Tensor, items: torch.Tensor, num_users: int, item_lo: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each user's known items as CSR, for masking them out of a full ranking.
+
+    Parameters
+    ----------
+    users, items
+        ``[P]`` interactions (typically the training positives).
+    num_users
+        Rows of the CSR (user ids are in ``[0, num_users)``).
+    item_lo
+        First id of the item range; columns are ``item - item_lo``.
+
+    Returns
+    -------
+    (indptr, cols)
+        int64 ``[num_users + 1]`` and ``[P]``: user ``u``'s columns are ``cols[indptr[u]:indptr[u+1]]``.
+    """
+    users = users.long()
+    order = torch.argsort(users, stable=True)
+    cols = items.long()[order] - item_lo
+    indptr = torch.zeros(num_users + 1, dtype=torch.int64, device=users.device)
+    indptr[1:] = torch.cumsum(torch.bincount(users, minlength=num_users), 0)
+    return indptr, cols
+
+
+def mask_seen(
+    scores: torch.Tensor, users: torch.Tensor, indptr: torch.Tensor, cols: torch.Tensor
+) -> None:
+    """Set ``scores[r, c] = -inf`` for every known column ``c`` of ``users[r]``, in place.
+
+    One scatter for the whole chunk: the CSR slices of the chunk's users are gathered with
+    index arithmetic (``repeat_interleave``), not a per-user loop.
+    """
+    starts = indptr[users]
+    counts = indptr[users + 1] - starts
+    total = int(counts.sum())
+    if total == 0:
+        return
+    rows = torch.repeat_interleave(torch.arange(users.numel(), device=users.device), counts)
+    # position in cols of the j-th known item overall = its row's start + its rank within the row
+    first = torch.cumsum(counts, 0) - counts
+    idx = torch.arange(total, device=users.device) + torch.repeat_interleave(starts - first, counts)
+    scores[rows, cols[idx]] = float("-inf")
+
+
+def full_rank_counts(
+    scores: torch.Tensor,
+    pos_cols: torch.Tensor,
+    users: torch.Tensor,
+    indptr: torch.Tensor,
+    cols: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rank counts of each held-out item among every item its user has not interacted with.
+
+    Parameters
+    ----------
+    scores
+        ``[U, C]`` score of every item of the item range for a chunk of users. Modified in place
+        (known items and the held-out item are set to ``-inf``).
+    pos_cols
+        int64 ``[U]`` column of each user's held-out item. It is ranked even if it is also a known
+        item (a repeated interaction).
+    users
+        int64 ``[U]`` the chunk's user ids (rows of the ``seen_csr`` arrays ``indptr``, ``cols``).
+
+    Returns
+    -------
+    (greater, ties, pos_scores, candidates)
+        Candidates (other unknown items) scored above and equal to the held-out item, its score,
+        and the number of candidates including itself; ``[U]`` each.
+    """
+    rows = torch.arange(users.numel(), device=scores.device)
+    pos = scores[rows, pos_cols].clone()
+    mask_seen(scores, users, indptr, cols)
+    scores[rows, pos_cols] = float("-inf")  # the item is not its own competitor
+    candidates = (scores != float("-inf")).sum(1) + 1
+    greater = (scores > pos.unsqueeze(1)).sum(1)
+    ties = (scores == pos.unsqueeze(1)).sum(1)
+    return greater, ties, pos, candidates
+
+
+def full_ranking_metrics(
+    scores: torch.Tensor,
+    pos_cols: torch.Tensor,
+    users: torch.Tensor,
+    indptr: torch.Tensor,
+    cols: torch.Tensor,
+    k: int = 10,
+) -> dict[str, torch.Tensor]:
+    """Per-user full-ranking ``hr``, ``ndcg``, ``mrr`` (float64) and ``candidates`` (int64), ``[U]``.
+
+    Arguments as ``full_rank_counts`` (``scores`` is modified in place). ``-inf`` marks excluded
+    items, so a held-out score of ``-inf`` or NaN is a miss; ties: see ``ranking_metrics``.
+    """
+    greater, ties, pos, candidates = full_rank_counts(scores, pos_cols, users, indptr, cols)
+    miss = ~(pos > float("-inf"))  # NaN compares false too
+    m = {name: v.masked_fill(miss, 0.0) for name, v in ranking_metrics(greater, ties, k).items()}
+    m["candidates"] = candidates
+    return m
 
 
 def item_popularity(train_items: torch.Tensor, num_items: int) -> torch.Tensor:

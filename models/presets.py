@@ -1,16 +1,23 @@
-"""Training hyperparameters: DLE's defaults (preset ``dle``) and a small-data preset.
+"""Training hyperparameters: DLE's defaults (preset ``dle``), small-data presets, config files.
 
-Command-line flags override the chosen preset field by field (a flag left unset keeps the
-preset's value); the resolved configuration is logged and saved with every checkpoint.
+Layers, each overriding the one before field by field: ``TrainConfig``'s defaults, the chosen
+preset, a ``--config FILE`` (``read_config_file``; what ``ncf tune`` writes), then the flags that
+were given. The resolved configuration is logged and saved with every checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
-from models.neumf import NeuMFConfig
+from models.kinds import MODELS, config_class
 from models.sampling import SAMPLING_MODES
+from ncf.atomic import write_json
+
+CONFIG_FORMAT = "ncf-train-config/1"  # the "format" entry of a config file
 
 
 @dataclass
@@ -36,16 +43,21 @@ class TrainConfig:
     micro_batch: int = 0  # largest micro-batch per rank; 0 = auto (48Ki on CPU, none on CUDA)
     negative_sampling: str = "exact"  # one of models.sampling.SAMPLING_MODES
     seed: int = 1
+    model: str = "neumf"  # a kind of models.kinds.MODELS
+    # MF's own hyperparameters (models/mf.py); ``factors`` is its embedding width.
+    l2: float = 0.0
+    init_std: float = 0.1
 
     def to_dict(self) -> dict:
         """Plain dict (ints, floats, strs, lists) safe for ``torch.load(weights_only=True)``."""
         return asdict(self)
 
-    def model_config(self, num_users: int, num_items: int) -> NeuMFConfig:
-        """The NeuMF these settings describe, for embedding tables of the given sizes."""
-        model_fields = {f.name for f in fields(NeuMFConfig)} - {"num_users", "num_items"}
+    def model_config(self, num_users: int, num_items: int) -> Any:
+        """The config of the ``model`` these settings describe, for tables of the given sizes."""
+        cls = config_class(self.model)
+        model_fields = {f.name for f in fields(cls)} - {"num_users", "num_items"}
         values = {k: v for k, v in self.to_dict().items() if k in model_fields}
-        return NeuMFConfig(num_users=num_users, num_items=num_items, **values)
+        return cls(num_users=num_users, num_items=num_items, **values)
 
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value."""
@@ -69,6 +81,9 @@ class TrainConfig:
             raise ValueError(
                 f"Adam lr={self.lr} betas=({self.beta1}, {self.beta2}) eps={self.eps}: need lr>0, 0<=beta<1, eps>0"
             )
+        config_class(self.model)  # raises for an unknown kind
+        if self.l2 < 0 or self.init_std <= 0:
+            raise ValueError(f"--l2 {self.l2} / --init-std {self.init_std}: need >= 0 / > 0")
         if self.negative_sampling not in SAMPLING_MODES:
             raise ValueError(
                 f"--negative-sampling {self.negative_sampling!r}: use one of {SAMPLING_MODES}"
@@ -90,19 +105,89 @@ PRESETS: dict[str, dict] = {
         "beta1": 0.9,
         "beta2": 0.999,
     },
+    # MF baseline (docs/BASELINES.md) for ml-latest-small-sized data: the best trial of
+    # `ncf tune --model mf --preset mf-small --epochs 10 --trials 8 --startup-trials 3` (TPE seed 1;
+    # 6 trials complete, 2 pruned) on ml-latest-small with a validation split (each user's
+    # second-latest rating, 100 negatives; written by tests/models/valid_split.py until the ETL
+    # writes one): validation HR@10 0.743 at its 10th epoch, the last. Its lr and l2
+    # rounded to 3 digits; Adam betas and the N(0, 0.1) init as in the search's base.
+    "mf-small": {
+        "model": "mf",
+        "epochs": 10,
+        "batch_size": 4096,
+        "eval_batch_size": 1 << 16,
+        "negatives": 8,
+        "lr": 0.0132,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "factors": 128,
+        "l2": 0.00553,
+    },
 }
 
 
 def resolve(preset: str, overrides: dict) -> TrainConfig:
-    """The preset's config with every non-None entry of ``overrides`` applied, checked."""
+    """The preset's config, then ``overrides["config"]`` (a config file) if set, then every other
+    non-None entry of ``overrides`` that names a field (the flags); checked."""
     if preset not in PRESETS:
         raise ValueError(f"--preset {preset!r}: use one of {sorted(PRESETS)}")
     values = {**PRESETS[preset]}
+    if overrides.get("config") is not None:
+        values.update(read_config_file(overrides["config"]))
     names = {f.name for f in fields(TrainConfig)}
     values.update({k: v for k, v in overrides.items() if k in names and v is not None})
     cfg = TrainConfig(**values)
     cfg.check()
     return cfg
+
+
+def _checked(name: str, value: Any, where: str) -> Any:
+    """``value`` if it has the JSON type of TrainConfig field ``name`` (ints pass as floats)."""
+    default = getattr(TrainConfig(), name)
+    if isinstance(default, float) and type(value) is int:  # JSON writes 1.0 as 1 in places
+        value = float(value)
+    if isinstance(default, list):
+        ok = isinstance(value, list) and all(type(x) is int for x in value)
+    else:
+        ok = type(value) is type(default)  # bool is not an int here
+    if not ok:
+        raise ValueError(
+            f"{where}: {name}={value!r} must be {type(default).__name__} (like the default {default!r})"
+        )
+    return value
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The TrainConfig fields of a config file (``write_config_file``'s format), type-checked.
+
+    The file is a JSON object ``{"format": CONFIG_FORMAT, "config": {field: value, ...},
+    "about": {...}}``; ``config`` may hold any subset of the fields, ``about`` is free-form and
+    ignored here (``ncf tune`` records its search there).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file (`ncf tune` writes OUT/best.json)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--config {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != CONFIG_FORMAT:
+        raise ValueError(
+            f'--config {path}: needs {{"format": "{CONFIG_FORMAT}", "config": {{..}}}}'
+        )
+    extra = sorted(set(doc) - {"format", "config", "about"})
+    if extra or not isinstance(doc.get("config"), dict):
+        raise ValueError(f'--config {path}: unknown keys {extra} or no "config" object')
+    names = sorted(f.name for f in fields(TrainConfig))
+    for key in doc["config"]:
+        if key not in names:
+            raise ValueError(f"--config {path}: unknown setting {key!r}; settings are {names}")
+    return {k: _checked(k, v, f"--config {path}") for k, v in doc["config"].items()}
+
+
+def write_config_file(path: str | Path, config: dict[str, Any], about: dict | None = None) -> None:
+    """Write TrainConfig fields as a config file for ``ncf train --config`` (atomically)."""
+    write_json(path, {"format": CONFIG_FORMAT, "config": config, "about": about or {}})
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,6 +198,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="dle",
         choices=sorted(PRESETS),
         help="hyperparameter preset (default: %(default)s = DLE's defaults)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="JSON file of settings applied over the preset (flags still override); "
+        "`ncf tune` writes one (OUT/best.json)",
+    )
+    p.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        help=f"neumf or mf (dot-product MF baseline; default: {d.model})",
     )
     p.add_argument("--epochs", type=int, help=f"epochs (dle: {d.epochs})")
     p.add_argument(
@@ -166,3 +262,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(never a known positive; default) or approximate (DLE's uniform draw)",
     )
     p.add_argument("--seed", type=int, help=f"seed of every random draw (default: {d.seed})")
+    p.add_argument("--l2", type=float, help=f"MF: per-example L2 coefficient (default: {d.l2})")
+    p.add_argument(
+        "--init-std",
+        type=float,
+        help=f"MF: embedding init standard deviation (default: {d.init_std})",
+    )

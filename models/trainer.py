@@ -25,7 +25,7 @@ from models.distributed import DistEnv, all_reduce_sum
 from models.dropout import bits_supported, draw_keep_bits
 from models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
 from models.evaluate import evaluate_model
-from models.neumf import NeuMF
+from models.kinds import build_model
 from models.presets import TrainConfig
 from models.runtime import keep_freed_memory
 from models.sampling import PositiveSet, check_sampleable
@@ -80,7 +80,8 @@ class Trainer:
         self.data, self.cfg, self.env, self.opts = data, cfg, env, opts
         self.device = env.device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
-        self.model = NeuMF(cfg.model_config(data.num_users, data.num_items)).to(self.device)
+        self.model = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
+        self.model = self.model.to(self.device)
         self.net = self.model
         if env.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -114,7 +115,7 @@ class Trainer:
 
     def step(self, plan: EpochPlan, start: int, size: int, gen: torch.Generator) -> torch.Tensor:
         """Train on global batch ``plan.perm[start : start + size]``; returns this rank's BCE sum."""
-        widths = self.model.cfg.mlp_layers[1:]
+        widths = getattr(self.model.cfg, "mlp_layers", [])[1:]  # dropout per MLP layer; MF: none
         bits = None
         if self.cfg.dropout > 0 and bits_supported(self.cfg.dropout):
             bits = [draw_keep_bits(size, w, gen, self.device) for w in widths]  # whole global batch
@@ -134,7 +135,8 @@ class Trainer:
                 bce = F.binary_cross_entropy_with_logits(
                     logits.float(), labels[ms:me], reduction="sum"
                 )
-                self.scaler.scale(bce * factor).backward()
+                penalty = getattr(self.model, "penalty", 0.0)  # MF's L2 term (models/mf.py)
+                self.scaler.scale((bce + penalty) * factor).backward()
             total += bce.detach()
         self.model.dropout_bits = None
         faults.hit(faults.OPTIMIZER_STEP)  # crash tests: NCF_FAULT=optimizer_step:N
@@ -225,13 +227,14 @@ class Trainer:
                 f"{path}: no optimizer state; --resume needs RUN/{checkpoint.LAST}, not best.pt"
             )
         saved = state.get("train_config", {})
+        defaults = TrainConfig().to_dict()  # a field newer than the checkpoint had its default
         diff = sorted(
             k
             for k, v in self.cfg.to_dict().items()
-            if saved.get(k) != v and k not in RESUMABLE_CHANGES
+            if saved.get(k, defaults[k]) != v and k not in RESUMABLE_CHANGES
         )
         if diff or bool(state.get("amp")) != self.opts.amp:
-            changes = {k: (saved.get(k), getattr(self.cfg, k)) for k in diff}
+            changes = {k: (saved.get(k, defaults[k]), getattr(self.cfg, k)) for k in diff}
             raise ValueError(
                 f"{path}: --resume with different settings {changes} (amp saved={state.get('amp')}); "
                 "use the original flags or start a new --out directory"

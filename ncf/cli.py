@@ -27,6 +27,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "etl": ("workflows.cli", "NVTabular ETL: ids, leave-one-out split, exact eval negatives"),
     "train": ("models.train", "train NeuMF (DLE defaults; torchrun for DDP; --amp)"),
     "evaluate": ("models.evaluate", "HR@10/NDCG@10 of a checkpoint and of the ItemPop baseline"),
+    "tune": ("models.tune", "hyperparameter search (Optuna) on the validation split; resumable"),
     "export": (
         "serving.export",
         "export a checkpoint to TorchScript + ONNX in a Triton repository",
@@ -44,7 +45,8 @@ EXAMPLES = """examples:
   ncf etl --input data/ml-latest-small/ratings.csv --out work/etl
   ncf train --data work/etl --out work/train --preset small
   torchrun --nproc_per_node=2 -m ncf.cli train --data work/etl --out work/train2
-  ncf evaluate --data work/etl --checkpoint work/train/best.pt
+  ncf evaluate --data work/etl --checkpoint work/train/best.pt --full-ranking
+  ncf tune --data work/etl --out work/tune --model mf --preset mf-small --trials 30
   ncf export --checkpoint work/train/best.pt --data work/etl --repo triton_repo
   ncf serve --repo triton_repo
   ncf bench triton --repo triton_repo

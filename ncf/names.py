@@ -20,9 +20,8 @@ ITEM = "item_id"
 TRAIN_DIR = "train"
 TEST_DIR = "test"
 NEGATIVES_DIR = "negatives"
-# `ncf etl --holdout valid,test` only: each user's second-latest interaction and its own negatives.
-VALID_DIR = "valid"
-VALID_NEGATIVES_DIR = "valid_negatives"
+VALID_DIR = "valid"  # validation split (`ncf etl --holdout valid,test`), columns as test/
+VALID_NEGATIVES_DIR = "valid_negatives"  # its evaluation negatives, as negatives/
 WORKFLOW_DIR = "workflow"
 METADATA_FILE = "metadata.json"
 

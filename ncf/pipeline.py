@@ -117,8 +117,12 @@ def stage_commands(args: argparse.Namespace, etl_dir: Path, run_dir: Path) -> li
                 f"--min-ratings {args.min_ratings} --seed {args.seed} --holdout {args.holdout}"),
         ("train", f"train --data {q(etl_dir)} --out {q(run_dir / 'train')} --preset {args.preset} "
                   f"--seed {args.seed}{epochs}"),
-        ("evaluate", f"evaluate --data {q(etl_dir)} --checkpoint {q(ckpt)} "
+        ("train-mf", f"train --data {q(etl_dir)} --out {q(run_dir / 'train-mf')} --preset mf-small "
+                     f"--seed {args.seed}{epochs}"),
+        ("evaluate", f"evaluate --data {q(etl_dir)} --checkpoint {q(ckpt)} --full-ranking "
                      f"--out {q(run_dir / 'evaluation.json')}"),
+        ("evaluate-mf", f"evaluate --data {q(etl_dir)} --checkpoint {q(run_dir / 'train-mf' / 'best.pt')} "
+                        f"--full-ranking --out {q(run_dir / 'evaluation-mf.json')}"),
         ("export", f"export --checkpoint {q(ckpt)} --data {q(etl_dir)} --repo {q(args.repo)}"),
     ]  # fmt: skip
     if not args.skip_serving:
@@ -178,6 +182,10 @@ def _print_summary(s: dict, run_dir: Path) -> None:
         f"  HR@10 {f('hr@10', '.4f')}  NDCG@10 {f('ndcg@10', '.4f')}  "
         f"(ItemPop HR@10 {f('itempop_hr@10', '.4f')}; protocol {s.get('protocol') or 'n/a'})"
     )
+    for row in s.get("accuracy", []):  # ItemPop, MF, NeuMF: sampled and full-ranking figures
+        cells = "  ".join(f"{k} {'n/a' if row[k] is None else format(row[k], '.4f')}"
+                          for k in ("hr@10", "full_hr@10", "full_mrr"))  # fmt: skip
+        print(f"  {row['ranking']:8s} {cells}")
     print(f"  train {f('train_samples_per_s', ',.0f')} samples/s")
     print(
         f"  served ({names.MODEL_NEUMF}, batch {s.get('served_batch', 'n/a')}): "

@@ -238,7 +238,7 @@ def export_repository(
     """
     t0 = time.perf_counter()
     data = Path(data)
-    model, ckpt = load_model(checkpoint)
+    model, ckpt = load_model(checkpoint, kinds=("neumf",))
     meta, _ = read_metadata(data)
     _check_data_match(ckpt, model, meta, data, ignore_data_hash)
     wrapper = ServingNeuMF(model).eval()

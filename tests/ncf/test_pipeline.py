@@ -35,6 +35,8 @@ def test_ncf_run_end_to_end(tmp_path):
         "bench/triton.json",
         "bench/triton.png",
         "evaluation.json",
+        "evaluation-mf.json",
+        "train-mf/best.pt",
     ):
         assert (run_dir / rel).is_file(), rel
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -45,10 +47,16 @@ def test_ncf_run_end_to_end(tmp_path):
     assert [s["stage"] for s in m["stages"]] == [
         "etl",
         "train",
+        "train-mf",
         "evaluate",
+        "evaluate-mf",
         "export",
         "serve+bench",
     ]
+    rows = {r["ranking"]: r for r in m["accuracy"]}
+    assert list(rows) == ["ItemPop", "MF", "NeuMF"]
+    for row in rows.values():  # ~9.7k candidates instead of 101: far lower figures
+        assert row["full_hr@10"] < row["hr@10"] and 0.0 < row["full_mrr"] < row["hr@10"]
     bench = json.loads((run_dir / "bench/triton.json").read_text())
     assert {r["model"] for r in bench["rows"]} == {"neumf", "ncf", "recommend"}
     assert all(r["errors"] == 0 for r in bench["rows"])

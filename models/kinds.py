@@ -1,0 +1,34 @@
+"""The model kinds ``ncf train --model`` builds: NeuMF (the project's model) and MF (a baseline).
+
+One place maps a kind to its config and module, for the trainer and the checkpoint loader.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from models.mf import MF, MFConfig
+from models.neumf import NeuMF, NeuMFConfig
+
+MODELS: dict[str, tuple[type, type[nn.Module]]] = {
+    "neumf": (NeuMFConfig, NeuMF),
+    "mf": (MFConfig, MF),
+}
+LABELS = {"neumf": "NeuMF", "mf": "MF"}  # how reports name each kind
+DEFAULT_KIND = "neumf"  # checkpoints written before MF existed record no kind
+
+
+def config_class(kind: str) -> type:
+    """The config dataclass of ``kind``; ValueError naming the valid kinds."""
+    if kind not in MODELS:
+        raise ValueError(f"--model {kind!r}: use one of {sorted(MODELS)}")
+    return MODELS[kind][0]
+
+
+def build_model(kind: str, config: object | dict) -> nn.Module:
+    """A new model of ``kind`` from its config (the dataclass or its ``to_dict()``)."""
+    cls = config_class(kind)
+    cfg = cls(**config) if isinstance(config, dict) else config
+    if not isinstance(cfg, cls):
+        raise ValueError(f"--model {kind}: got a {type(cfg).__name__}, expected {cls.__name__}")
+    return MODELS[kind][1](cfg)

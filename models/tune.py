@@ -1,0 +1,386 @@
+"""``ncf tune``: hyperparameter search with Optuna on the validation split.
+
+Each trial trains with the NeuMF trainer on ``train/`` and scores HR@K on ``valid/`` after every
+epoch (never on ``test/``); the trial's value is its best epoch's HR@K. TPE with a constant seed
+proposes settings, a median pruner stops trials whose per-epoch HR falls below the median of
+earlier trials at the same epoch. The study lives in SQLite (``OUT/study.db``): a killed search
+resumes where it stopped, failing the trial it was running and queueing its settings again.
+
+Outputs in ``OUT``: ``best.json`` (a config file for ``ncf train --config``, the search recorded
+under ``about``), ``trials.png`` (the trial history), both rewritten after every trial.
+One ``ncf tune`` process per study (a lock file in ``OUT`` enforces it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import io
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models import presets
+from models.data import EtlData, load_etl
+from models.distributed import DEVICES, DistEnv, process_group
+from models.evaluate import evaluate_model
+from models.runtime import configure, default_threads
+from models.trainer import RunOptions, Trainer
+from ncf import names
+from ncf.atomic import write_bytes
+
+VALID_DIR, VALID_NEGATIVES_DIR = names.VALID_DIR, names.VALID_NEGATIVES_DIR
+HOLDOUT_HINT = "tune needs `ncf etl --holdout valid,test`"
+BEST_FILE, PLOT_FILE, STUDY_FILE, LOCK_FILE = "best.json", "trials.png", "study.db", ".tune.lock"
+# Test hook: SIGKILL the search in the first epoch of the trial that follows this many finished ones.
+KILL_ENV = "NCF_TUNE_KILL_AFTER"
+PRUNER_WARMUP_EPOCHS = 1  # never prune on the first epoch alone (its HR is noisy)
+
+# The search spaces, by model kind: TrainConfig field -> Optuna distribution. Everything else comes
+# from the base config (--preset / --config / flags). Written into best.json with the trial counts.
+LR = {"type": "float", "low": 1e-4, "high": 2e-2, "log": True}
+BATCH = {"type": "categorical", "choices": [2048, 4096, 8192, 16384]}
+SEARCH_SPACES: dict[str, dict[str, dict[str, Any]]] = {
+    "neumf": {
+        "lr": LR,
+        "batch_size": BATCH,
+        "negatives": {"type": "int", "low": 2, "high": 10},
+        "factors": {"type": "categorical", "choices": [8, 16, 32, 64]},
+        "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+    },
+    "mf": {
+        "lr": LR,
+        "batch_size": BATCH,
+        "negatives": {"type": "int", "low": 2, "high": 16},
+        "factors": {"type": "categorical", "choices": [16, 32, 64, 128]},
+        "l2": {"type": "float", "low": 1e-7, "high": 1e-2, "log": True},
+    },
+}
+
+
+def suggest(trial: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One value per parameter of ``space``, drawn through ``trial`` (an ``optuna.Trial``)."""
+    values = {}
+    for name, spec in space.items():
+        if spec["type"] == "float":
+            values[name] = trial.suggest_float(
+                name, spec["low"], spec["high"], log=spec.get("log", False)
+            )
+        elif spec["type"] == "int":
+            values[name] = trial.suggest_int(name, spec["low"], spec["high"])
+        else:
+            values[name] = trial.suggest_categorical(name, spec["choices"])
+    return values
+
+
+def load_validation(data: EtlData) -> EtlData:
+    """``data`` with its validation split in the fields evaluation reads (``EtlData.held_out``).
+
+    Raises
+    ------
+    ValueError
+        If the ETL directory has no validation split.
+    """
+    if not data.has_valid:
+        raise ValueError(
+            f"{data.path}: no {VALID_DIR}/ split; {HOLDOUT_HINT} (then tune on its output)"
+        )
+    return data.held_out("valid")
+
+
+def validation_metrics(
+    model: torch.nn.Module, valid: EtlData, env: DistEnv, k: int, batch_size: int
+) -> dict[str, float]:
+    """HR@k / NDCG@k of ``model`` on the validation split (``load_validation``'s result)."""
+    return evaluate_model(model, valid, env, k, batch_size)
+
+
+@dataclasses.dataclass
+class Search:
+    """What every trial of one ``ncf tune`` run shares."""
+
+    data: EtlData
+    valid: EtlData
+    env: DistEnv
+    base: presets.TrainConfig
+    space: dict[str, dict[str, Any]]
+    opts: RunOptions
+    target: int  # finished (complete + pruned) trials the study should end with
+
+
+def finished(study: Any) -> list:
+    """The study's complete and pruned trials."""
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def run_trial(trial: Any, search: Search) -> float:
+    """Train one suggested config; report validation HR@k per epoch; return the best epoch's."""
+    import optuna
+
+    cfg = dataclasses.replace(search.base, **suggest(trial, search.space))
+    cfg.check()
+    trainer = Trainer(search.data, cfg, search.env, search.opts)
+    best = -1.0
+    for epoch in range(cfg.epochs):
+        trainer.train_epoch(epoch)
+        hr = validation_metrics(
+            trainer.model, search.valid, search.env, cfg.topk, cfg.eval_batch_size
+        )["hr"]
+        trial.report(hr, epoch)
+        if hr > best:
+            best = hr
+            trial.set_user_attr("best_epoch", epoch)
+        kill_after = os.environ.get(KILL_ENV)
+        if kill_after and len(finished(trial.study)) >= int(kill_after):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return best
+
+
+@contextlib.contextmanager
+def exclusive(out: Path) -> Iterator[None]:
+    """Hold ``OUT/.tune.lock`` (released by the OS when the process dies, even by SIGKILL)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"{out}: another `ncf tune` is running on this study; wait for it"
+            ) from None
+        yield
+
+
+def open_study(args: argparse.Namespace, search: Search) -> Any:
+    """Create the study, or load it and check it is the same search (model, space, data)."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(args.storage or f"sqlite:///{args.out / STUDY_FILE}")
+    study = optuna.create_study(
+        storage=storage,
+        study_name=args.study_name or f"ncf-tune-{search.base.model}",
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(
+            seed=search.base.seed, n_startup_trials=args.startup_trials
+        ),
+        pruner=optuna.pruners.MedianPruner(
+            n_startup_trials=args.startup_trials, n_warmup_steps=PRUNER_WARMUP_EPOCHS
+        ),
+        load_if_exists=True,
+    )
+    identity = {
+        "model": search.base.model,
+        "search_space": search.space,
+        "base_config": {k: v for k, v in search.base.to_dict().items() if k not in search.space},
+        "data_sha256": search.data.metadata_sha256,
+    }
+    if not study.user_attrs:
+        for key, value in identity.items():
+            study.set_user_attr(key, value)
+    differs = sorted(k for k, v in identity.items() if study.user_attrs.get(k) != v)
+    if differs:
+        raise ValueError(
+            f"{args.out}: study {study.study_name!r} is a search with other {differs}; resume it "
+            "with the same flags and data, or start another with a new --out or --study-name"
+        )
+    return study, storage
+
+
+def recover(study: Any, storage: Any) -> list[int]:
+    """Fail the trials a killed search left RUNNING and queue their settings again; their numbers."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+    return [t.number for t in stale]
+
+
+def best_config(study: Any, search: Search) -> tuple[dict, dict] | None:
+    """The best complete trial as ``(TrainConfig fields, about)`` for ``best.json``; None if none yet."""
+    from optuna.trial import TrialState
+
+    counts = {
+        s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,))) for s in TrialState
+    }
+    if not counts["complete"]:
+        return None
+    best = study.best_trial
+    epoch = int(best.user_attrs["best_epoch"])
+    config = {**search.base.to_dict(), **best.params, "epochs": epoch + 1}  # up to its best epoch
+    about = {
+        "tool": "ncf tune",
+        "metric": f"validation hr@{search.base.topk} (best epoch of a trial)",
+        "best_value": best.value,
+        "best_trial": best.number,
+        "best_epoch": epoch,
+        "epochs_per_trial": search.base.epochs,
+        "trials": {**counts, "target": search.target},
+        "search_space": search.space,
+        "sampler": f"TPESampler(seed={search.base.seed})",
+        "pruner": f"MedianPruner(n_warmup_steps={PRUNER_WARMUP_EPOCHS})",
+        "study": study.study_name,
+        "data": str(search.data.path),
+        "data_sha256": search.data.metadata_sha256,
+    }
+    return config, about
+
+
+def plot_trials(study: Any, path: Path, title: str, k: int = 10) -> None:
+    """Each finished trial's value (pruned: its last reported HR) and the best so far, atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.trial import TrialState
+
+    done = sorted(finished(study), key=lambda t: t.number)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for state, marker, label in (
+        (TrialState.COMPLETE, "o", "complete"),
+        (TrialState.PRUNED, "x", "pruned"),
+    ):
+        pts = [(t.number, t.value if t.value is not None else t.intermediate_values[t.last_step])
+               for t in done if t.state == state and (t.value is not None or t.intermediate_values)]  # fmt: skip
+        if pts:
+            ax.scatter(*zip(*pts, strict=True), marker=marker, label=label)
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    if complete:
+        best = np.maximum.accumulate([t.value for t in complete])
+        ax.step(
+            [t.number for t in complete], best, where="post", color="tab:red", label="best so far"
+        )
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"validation HR@{k}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    write_bytes(path, buf.getvalue())
+
+
+def progress_line(study: Any, trial: Any, search: Search) -> str:
+    """One line per finished trial: its state, value, time and settings, and the best so far."""
+    value = (
+        trial.value
+        if trial.value is not None
+        else max(trial.intermediate_values.values(), default=0)
+    )
+    seconds = trial.duration.total_seconds() if trial.duration else 0.0
+    params = " ".join(
+        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items()
+    )
+    try:
+        best = f"best {study.best_value:.4f} (trial {study.best_trial.number})"
+    except ValueError:  # no complete trial yet
+        best = "no complete trial yet"
+    return (
+        f"trial {trial.number} {trial.state.name.lower()}: valid HR@{search.base.topk} {value:.4f} "
+        f"in {seconds:.1f} s, {len(trial.intermediate_values)} epochs | {best} | "
+        f"{len(finished(study))}/{search.target} | {params}"
+    )
+
+
+def write_outputs(study: Any, search: Search, out: Path) -> None:
+    """Rewrite ``best.json`` (once a trial is complete) and ``trials.png``."""
+    best = best_config(study, search)
+    if best is not None:
+        presets.write_config_file(out / BEST_FILE, *best)
+    title = f"ncf tune: {search.base.model} on {search.data.path.name}"
+    plot_trials(study, out / PLOT_FILE, title, search.base.topk)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help=f"ETL output with a validation split ({HOLDOUT_HINT})",
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="search directory (study, best.json, plot)"
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=20,
+        help="finished (complete or pruned) trials the study ends with, earlier runs of a resumed "
+        "search included (default: %(default)s)",
+    )
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///OUT/study.db)")
+    p.add_argument("--study-name", help="study in the storage (default: ncf-tune-<model>)")
+    p.add_argument(
+        "--startup-trials",
+        type=int,
+        default=5,
+        help="random trials before TPE takes over, and before pruning starts (default: %(default)s)",
+    )
+    presets.add_arguments(p)  # the base config; the searched fields (SEARCH_SPACES) are not flags
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: %(default)s")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all usable cores)")
+    p.add_argument("--deterministic", action="store_true", help="bitwise-reproducible trials")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.trials < 1 or args.startup_trials < 0:
+        raise ValueError(
+            f"--trials {args.trials} / --startup-trials {args.startup_trials}: need >= 1 / >= 0"
+        )
+    base = presets.resolve(args.preset, vars(args))
+    space = SEARCH_SPACES[base.model]
+    given = [f"--{k.replace('_', '-')}" for k in space if getattr(args, k, None) is not None]
+    if given:
+        raise ValueError(f"{' '.join(given)}: searched by `ncf tune --model {base.model}` "
+                         f"(models/tune.py SEARCH_SPACES); drop the flag or fix it in a --config")  # fmt: skip
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one progress line per trial instead
+    with process_group(args.device) as env, exclusive(args.out):
+        if env.distributed:
+            raise ValueError("ncf tune runs as one process; start it without torchrun")
+        configure(env.device, args.threads or default_threads(1), args.deterministic)
+        data = load_etl(args.data, env.device)
+        opts = RunOptions(
+            out=args.out, etl_dir=args.data, deterministic=args.deterministic, preset=args.preset
+        )
+        search = Search(data, load_validation(data), env, base, space, opts, args.trials)
+        study, storage = open_study(args, search)
+        retried = recover(study, storage)
+        if retried:
+            print(f"ncf tune: trials {retried} were cut short (killed); queued again", flush=True)
+        remaining = args.trials - len(finished(study))
+        print(
+            f"ncf tune: {len(finished(study))}/{args.trials} trials done; {max(remaining, 0)} to run",
+            flush=True,
+        )
+
+        def on_trial_end(study: Any, trial: Any) -> None:
+            print(progress_line(study, trial, search), flush=True)
+            write_outputs(study, search, args.out)
+
+        if remaining > 0:
+            study.optimize(
+                lambda t: run_trial(t, search), n_trials=remaining, callbacks=[on_trial_end]
+            )
+        write_outputs(study, search, args.out)
+        if best_config(study, search) is None:
+            raise ValueError(f"{args.out}: no trial completed (all pruned); run more --trials")
+        print(f"best: valid HR@{base.topk} {study.best_value:.4f} (trial {study.best_trial.number}); "
+              f"train with: ncf train --data {args.data} --config {args.out / BEST_FILE}")  # fmt: skip
+    return 0

@@ -1,0 +1,131 @@
+"""`ncf tune`: a real Optuna search on planted data, SIGKILLed mid-trial and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from models import presets, train, tune
+from tests.models.conftest import parse
+from tests.models.etl_data import planted_ratings
+from tests.models.valid_split import write_valid_etl_dir
+
+TRIALS = 4
+# All trials random and unpruned (startup 10 > TRIALS): the trial count is exact.
+FLAGS = ["--model", "mf", "--epochs", "3", "--eval-batch-size", "4096", "--threads", "1",
+         "--device", "cpu", "--startup-trials", "10", "--seed", "3"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def valid_etl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_valid_etl_dir(planted_ratings(), tmp_path_factory.mktemp("etl") / "valid")
+
+
+def _tune(etl: Path, out: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "ncf.cli", "tune", "--data", str(etl), "--out", str(out),
+           "--trials", str(TRIALS), *FLAGS]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _trials(out: Path) -> list:
+    study = optuna.load_study(
+        study_name="ncf-tune-mf", storage=f"sqlite:///{out / tune.STUDY_FILE}"
+    )
+    return sorted(study.get_trials(), key=lambda t: t.number)
+
+
+def test_killed_search_resumes_to_the_requested_trials(valid_etl: Path, tmp_path: Path):
+    out = tmp_path / "tune"
+    killed = _tune(valid_etl, out, {**os.environ, tune.KILL_ENV: "2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    states = [t.state for t in _trials(out)]
+    assert states == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
+    assert killed.stdout.count("complete: valid HR@10") == 2  # a progress line per trial
+    first_best = json.loads((out / tune.BEST_FILE).read_text())
+    assert first_best["about"]["trials"]["complete"] == 2
+
+    resumed = _tune(valid_etl, out)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "trials [2] were cut short" in resumed.stdout
+    trials = _trials(out)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == TRIALS and [t.state for t in trials].count(TrialState.FAIL) == 1
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") == 2)
+    assert retry.params == trials[2].params and retry.state == TrialState.COMPLETE
+
+    best = json.loads((out / tune.BEST_FILE).read_text())
+    assert best["format"] == first_best["format"] == presets.CONFIG_FORMAT
+    about = best["about"]
+    assert about["trials"]["complete"] == TRIALS and about["trials"]["target"] == TRIALS
+    assert about["search_space"] == tune.SEARCH_SPACES["mf"]
+    top = max(complete, key=lambda t: t.value)
+    assert about["best_value"] == top.value and best["config"]["lr"] == top.params["lr"]
+    assert best["config"]["epochs"] == top.user_attrs["best_epoch"] + 1 <= 3
+    assert (out / tune.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    again = _tune(valid_etl, out)  # already done: runs nothing
+    assert again.returncode == 0 and f"{TRIALS}/{TRIALS} trials done; 0 to run" in again.stdout
+    assert len(_trials(out)) == len(trials)
+
+    run = tmp_path / "train"
+    argv = ["--data", valid_etl, "--out", run, "--config", out / tune.BEST_FILE, "--threads", "1",
+            "--device", "cpu", "--no-progress"]  # fmt: skip
+    assert train.run(parse(train, argv)) == 0
+    config = json.loads((run / "metrics.json").read_text())["config"]
+    assert config["model"] == "mf" and config["lr"] == top.params["lr"]
+
+
+def test_without_a_validation_split_tune_refuses(etl_dir: Path, tmp_path: Path):
+    args = parse(tune, ["--data", etl_dir, "--out", tmp_path / "t", *FLAGS])
+    with pytest.raises(ValueError, match="tune needs `ncf etl --holdout valid,test`"):
+        tune.run(args)
+
+
+def test_searched_settings_are_not_flags(valid_etl: Path, tmp_path: Path):
+    args = parse(tune, ["--data", valid_etl, "--out", tmp_path / "t", *FLAGS, "--lr", "0.1"])
+    with pytest.raises(ValueError, match="--lr: searched by `ncf tune --model mf`"):
+        tune.run(args)
+
+
+def test_a_study_resumes_only_the_same_search(valid_etl: Path, tmp_path: Path, capsys):
+    out = tmp_path / "t"
+    args = [*FLAGS, "--study-name", "s"]
+    assert tune.run(parse(tune, ["--data", valid_etl, "--out", out, "--trials", "1", *args])) == 0
+    assert "trial 0 complete" in capsys.readouterr().out
+    other = [*args, "--negative-sampling", "approximate"]
+    with pytest.raises(ValueError, match="other \\['base_config'\\]"):
+        tune.run(parse(tune, ["--data", valid_etl, "--out", out, "--trials", "2", *other]))
+
+
+def test_validation_split_replaces_the_test_split(valid_etl: Path):
+    from models.data import load_etl
+
+    data = load_etl(valid_etl)
+    valid = tune.load_validation(data)
+    assert valid.test_users.tolist() == data.test_users.tolist()
+    assert (valid.test_items != data.test_items).all()  # the second-latest item, not the latest
+    assert valid.eval_negatives.shape == data.eval_negatives.shape
+    assert valid.train_items is data.train_items
+
+
+def test_full_ranking_on_test_also_excludes_the_validation_item(valid_etl: Path, tmp_path: Path):
+    from models import evaluate
+
+    run = tmp_path / "mf"
+    argv = ["--data", valid_etl, "--out", run, "--model", "mf", "--epochs", "1", "--threads", "1",
+            "--device", "cpu", "--no-progress"]  # fmt: skip
+    assert train.run(parse(train, argv)) == 0
+    out = tmp_path / "e.json"
+    argv = ["--data", valid_etl, "--checkpoint", run / "best.pt", "--full-ranking", "--out", out,
+            "--device", "cpu"]  # fmt: skip
+    assert evaluate.run(parse(evaluate, argv)) == 0
+    # 80 items; 10 training items and 1 validation item known per user: 69 candidates, not 70
+    assert json.loads(out.read_text())["full_candidates_per_user"] == pytest.approx(69.0)
