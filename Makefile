@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test bench lint venv venv-ngc test-ngc clean
 
-# (Re)install when pyproject.toml changes. pip 23.2.1: newer pips refuse merlin-dataloader, whose
+# (Re)install when pyproject.toml or the pins change. pip 23.2.1: newer pips refuse merlin-dataloader, whose
 # metadata declares direct-URL dependencies (docs/FACTS.md).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==23.2.1"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -c requirements/cpu.txt -e ".[test]"
 	touch $(STAMP)
 
 # The model-config protobuf of the Triton release docker-compose.yml runs (docs/TRITON_IMAGE.md
