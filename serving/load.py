@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ncf import names
+from serving.repository import latest_version
 from serving.server import server_rss_bytes
 
 
@@ -39,7 +40,8 @@ class RequestMaker:
     """Builds random requests from the ids in an exported repository (manifest + vocab.npz)."""
 
     def __init__(self, repo: str | Path, max_batch_size: int):
-        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
+        model_dir = Path(repo) / names.MODEL_WORKFLOW
+        vdir = model_dir / str(latest_version(model_dir))  # the newest export
         meta = json.loads((vdir / names.MANIFEST_FILE).read_text(encoding="utf-8"))["ids"]
         with np.load(vdir / names.ARTIFACT_VOCAB) as z:
             self.raw_users, self.raw_items = z["user_raw"], z["item_raw"]
@@ -53,13 +55,14 @@ class RequestMaker:
             "ensemble_b64": lambda r: self._raw(r, names.MODEL_ENSEMBLE, 64),
             "workflow_b64": lambda r: self._raw(r, names.MODEL_WORKFLOW, 64),
             "recommend_k10": lambda r: self._recommend(int(r.choice(self.raw_users)), 10),
+            # cold start: answered from the popularity ranking (known = false), not an error
+            "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
         }
         self.invalid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
             "neumf_out_of_range_id": lambda r: self._neumf(r, 8, user=self.num_users),
             "neumf_wrong_dtype": lambda r: self._neumf(r, 8, dtype="INT32"),
             "neumf_wrong_shape": lambda r: self._neumf(r, 8, width=2),
             "neumf_over_max_batch": lambda r: self._neumf(r, self.max_batch + 1),
-            "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
             "recommend_k0": lambda r: self._recommend(int(self.raw_users[0]), 0),
         }
 

@@ -1,0 +1,166 @@
+"""`recommend` as a product uses it: cold start, exclusions, rated items on request, errors per
+request inside one batch, and the two-stage (ANN) path, on the real tritonserver."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from models.data import read_pairs
+from ncf import names
+from tests.triton_repo import etl_fixture
+from tests.triton_repo.clients import infer
+from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
+
+pytestmark = pytest.mark.triton
+
+OUTPUTS = [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES, names.OUTPUT_KNOWN]
+
+
+def _ask(client, users, ks, **extra):
+    inputs = {
+        names.INPUT_RAW_USER: np.asarray(users, dtype=np.int64).reshape(-1, 1),
+        names.INPUT_K: np.asarray(ks, dtype=np.int64).reshape(-1, 1),
+        **extra,
+    }
+    return infer(client, names.MODEL_RECOMMEND, inputs, OUTPUTS)
+
+
+def _popularity(etl_dir, workflow) -> np.ndarray:
+    """Raw movieIds by number of training users, most first (ties: lower model id first)."""
+    _, items = read_pairs(etl_dir / names.TRAIN_DIR)
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    raw = np.sort(ratings[names.RAW_ITEM].unique())
+    _, codes = etl_fixture.transform(workflow, np.resize(ratings[names.RAW_USER], raw.size), raw)
+    counts = np.bincount(items, minlength=codes.max() + 1)[codes]
+    return raw[np.lexsort((codes, -counts))]
+
+
+def test_unknown_users_get_the_popularity_ranking_beside_known_users(
+    client, etl_dir, workflow, eager
+):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    known_user = int(ratings[names.RAW_USER].iloc[0])
+    unknown = int(ratings[names.RAW_USER].max()) + 7
+    popular = _popularity(etl_dir, workflow)
+    exclude = np.array([[popular[1], -1], [popular[0], 10**9], [-1, -1]], dtype=np.int64)
+    out = _ask(client, [unknown, unknown, known_user], [5, 3, 4], **{names.INPUT_EXCLUDE: exclude})
+    assert out[names.OUTPUT_KNOWN][:, 0].tolist() == [False, False, True]
+    items, scores = out[names.OUTPUT_RAW_ITEMS], out[names.OUTPUT_SCORES]
+    np.testing.assert_array_equal(items[0], np.delete(popular, 1)[:5])  # -1 is padding
+    np.testing.assert_array_equal(items[1, :3], np.delete(popular, 0)[:3])  # unknown id ignored
+    assert np.all(np.diff(scores[0]) <= 0) and 0 < scores[0, 0] <= 1
+    want = _brute_force_top_k(etl_dir, workflow, eager, known_user, 4)
+    check_row(items[2, :4], scores[2, :4], *want, known_user, workflow, eager)
+
+
+def test_exclude_and_include_rated_for_a_known_user(client, etl_dir, workflow, eager):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    first = _brute_force_top_k(etl_dir, workflow, eager, user, 3)[0]
+    exclude = np.array([[first[0], first[2]]], dtype=np.int64)
+    out = _ask(client, [user], [3], **{names.INPUT_EXCLUDE: exclude})
+    want = _brute_force_top_k(etl_dir, workflow, eager, user, 3, exclude=first[[0, 2]])
+    check_row(
+        out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0], *want, user, workflow, eager
+    )
+    flag = {names.INPUT_INCLUDE_RATED: np.array([[True]])}
+    out = _ask(client, [user], [300], **flag)  # deep enough to reach some of the rated items
+    want = _brute_force_top_k(etl_dir, workflow, eager, user, 300, include_rated=True)
+    check_row(
+        out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0], *want, user, workflow, eager
+    )
+    rated = set(ratings.loc[ratings[names.RAW_USER] == user, names.RAW_ITEM])
+    assert rated & set(out[names.OUTPUT_RAW_ITEMS][0].tolist())  # the test can tell
+
+
+@contextmanager
+def reloaded(server, model: str, **changes):
+    """``model`` reloaded with a changed config (``parameters`` merged), the committed config
+    reloaded afterwards."""
+    import tritonclient.grpc as grpc
+
+    with grpc.InferenceServerClient(server.grpc_url) as conn:
+        config = conn.get_model_config(model, as_json=True)["config"]
+        for key, value in changes.pop("parameters", {}).items():
+            config["parameters"][key] = {"string_value": str(value)}
+        config.update(changes)
+        conn.load_model(model, config=json.dumps(config))
+        try:
+            yield
+        finally:
+            conn.load_model(model)
+
+
+def _store(results: dict, key: int):
+    return lambda result, error: results.__setitem__(key, (result, error))
+
+
+def test_a_bad_request_in_a_batch_fails_alone(server):
+    """Requests batched into one execute(): the bad ones get their own errors, the others their
+    recommendations (the queue delay makes the batch whatever the machine's load)."""
+    import tritonclient.grpc as grpc
+
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    ks = [5, 0, 3, 10**6, 2, 5]
+    results = {}
+    delay = {"dynamic_batching": {"max_queue_delay_microseconds": 500_000}}
+    with reloaded(server, names.MODEL_RECOMMEND, **delay):
+        with grpc.InferenceServerClient(server.grpc_url) as conn:
+            for key, k in enumerate(ks):
+                tensors = []
+                for name, value in ((names.INPUT_RAW_USER, user), (names.INPUT_K, k)):
+                    tensors.append(grpc.InferInput(name, [1, 1], "INT64"))
+                    tensors[-1].set_data_from_numpy(np.array([[value]], dtype=np.int64))
+                conn.async_infer(names.MODEL_RECOMMEND, tensors, _store(results, key))
+            deadline = time.monotonic() + 60
+            while len(results) < len(ks) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = conn.get_inference_statistics(names.MODEL_RECOMMEND, as_json=True)
+    assert len(results) == len(ks)
+    batches = stats["model_stats"][0]["batch_stats"]
+    assert any(int(b["batch_size"]) > 1 for b in batches), "nothing was batched"
+    for key, k in enumerate(ks):
+        result, error = results[key]
+        if k in (0, 10**6):
+            assert result is None and f"k={k}: must be in [1, " in str(error)
+        else:
+            assert error is None and result.as_numpy(names.OUTPUT_RAW_ITEMS).shape == (1, k)
+
+
+def test_bad_k_in_one_row_fails_the_request_with_its_value(client):
+    with pytest.raises(InferenceServerException, match=r"k=0: must be in \[1, \d+\]"):
+        _ask(client, [1, 1], [3, 0])
+
+
+@pytest.mark.parametrize("index", ["Flat", "HNSW32"])
+def test_two_stage_path_reranks_candidates_with_the_network(
+    server, client, etl_dir, workflow, eager, index
+):
+    """candidates ann: every answer is a ranked set of unrated items with their own NeuMF
+    scores; with an exact index over every item it equals the exact path."""
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    users = [int(u) for u in ratings[names.RAW_USER].unique()[:3]]
+    n = ratings[names.RAW_ITEM].nunique() if index == "Flat" else 50
+    params = {"candidates": "ann", "ann_index": index, "ann_candidates": n}
+    with reloaded(server, names.MODEL_RECOMMEND, parameters=params):
+        out = _ask(client, users, [10, 10, 10])
+    for row, user in enumerate(users):
+        items, scores = out[names.OUTPUT_RAW_ITEMS][row], out[names.OUTPUT_SCORES][row]
+        if index == "Flat":
+            want = _brute_force_top_k(etl_dir, workflow, eager, user, 10)
+            check_row(items, scores, *want, user, workflow, eager)
+            continue
+        rated = set(ratings.loc[ratings[names.RAW_USER] == user, names.RAW_ITEM])
+        assert not rated & set(items.tolist()) and len(set(items.tolist())) == 10
+        codes = etl_fixture.transform(workflow, np.full(10, user), items)
+        own = _eager_scores(eager, codes[0].reshape(-1, 1), codes[1].reshape(-1, 1))[:, 0]
+        np.testing.assert_allclose(scores, own, rtol=0, atol=1e-6)
+        assert np.all(np.diff(scores) <= 0)
