@@ -32,6 +32,7 @@ STAGES: dict[str, tuple[str, str]] = {
         "export a checkpoint to TorchScript + ONNX in a Triton repository",
     ),
     "serve": ("serving.serve", "run a real tritonserver on the model repository (127.0.0.1)"),
+    "recommend": ("serving.recommend", "one user's top-k movies from the running server, titled"),
     "bench": ("bench.cli", "benchmarks: inference, triton, etl, train"),
     "run": (
         "ncf.pipeline",
@@ -47,6 +48,7 @@ EXAMPLES = """examples:
   ncf evaluate --data work/etl --checkpoint work/train/best.pt
   ncf export --checkpoint work/train/best.pt --data work/etl --repo triton_repo
   ncf serve --repo triton_repo
+  ncf recommend --user 1 --k 10
   ncf bench triton --repo triton_repo
   ncf run
 """

@@ -14,6 +14,8 @@ from tritonclient.utils import InferenceServerException
 
 from models.data import read_pairs
 from ncf import names
+from ncf.cli import main
+from serving.recommend import movie_titles, movies_path
 from tests.triton_repo import etl_fixture
 from tests.triton_repo.clients import infer
 from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
@@ -164,3 +166,44 @@ def test_two_stage_path_reranks_candidates_with_the_network(
         own = _eager_scores(eager, codes[0].reshape(-1, 1), codes[1].reshape(-1, 1))[:, 0]
         np.testing.assert_allclose(scores, own, rtol=0, atol=1e-6)
         assert np.all(np.diff(scores) <= 0)
+
+
+def test_ncf_recommend_prints_titles_for_known_and_unknown_users(server, repo, etl_dir, capsys):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    movies = etl_fixture.RATINGS.with_name("movies.csv")
+    base = ["recommend", "--url", server.http_url, "--repo", str(repo), "--movies", str(movies)]
+    assert main([*base, "--user", str(user), "--k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"user {user} (NeuMF") and len(lines) == 2 + 3
+    served = _ask_http(server, user, 3)
+    titles = pd.read_csv(movies).set_index(names.RAW_ITEM)["title"]
+    for line, item in zip(lines[2:], served, strict=True):
+        assert line.split()[1] == str(item) and line.endswith(titles[item])
+    unknown = int(ratings[names.RAW_USER].max()) + 1
+    assert main([*base, "--user", str(unknown), "--exclude", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "not in the training data: most popular" in out and len(out.splitlines()) == 12
+    assert main([*base, "--user", str(user), "--k", "100000000"]) == 1
+    assert "k=100000000: must be in" in capsys.readouterr().err
+
+
+def _ask_http(server, user: int, k: int) -> list[int]:
+    import tritonclient.http as http
+
+    with http.InferenceServerClient(server.http_url) as conn:
+        return _ask((http, conn), [user], [k])[names.OUTPUT_RAW_ITEMS][0].tolist()
+
+
+def test_titles_come_from_movies_csv_beside_the_etl_input(tmp_path):
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "ml" / "movies.csv").write_text("movieId,title,genres\n7,Seven (1995),Crime\n")
+    meta = {"input": {"path": str(tmp_path / "ml" / "ratings.csv")}}
+    (tmp_path / "etl").mkdir()
+    (tmp_path / "etl" / names.METADATA_FILE).write_text(json.dumps(meta))
+    path, _ = movies_path(None, str(tmp_path / "etl"), None)
+    assert path == tmp_path / "ml" / "movies.csv" and movie_titles(path) == {7: "Seven (1995)"}
+    assert movies_path(None, str(tmp_path / "missing"), None)[0] is None
+    (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
+    with pytest.raises(ValueError, match="need columns movieId,title"):
+        movie_titles(tmp_path / "bad.csv")
