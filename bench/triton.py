@@ -35,6 +35,7 @@ import numpy as np
 
 from bench.common import RESULTS_DIR, write_results
 from ncf import names
+from serving.repository import latest_version
 from serving.server import COMPOSING_MODELS
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
@@ -70,12 +71,13 @@ STATS_MODELS = {
 class IdPool:
     """Valid ids of an exported repository: model-id ranges and raw-id vocabularies.
 
-    Read from ``workflow/1/`` (``manifest.json`` "ids" and ``vocab.npz``), as ``ncf export``
-    writes them.
+    Read from ``workflow/<newest version>/`` (``manifest.json`` "ids" and ``vocab.npz``), as
+    ``ncf export`` writes them.
     """
 
     def __init__(self, repo: str | Path):
-        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
+        model_dir = Path(repo) / names.MODEL_WORKFLOW
+        vdir = model_dir / str(latest_version(model_dir) or 1)  # the newest export
         manifest = vdir / names.MANIFEST_FILE
         if not manifest.is_file():
             raise FileNotFoundError(
