@@ -43,6 +43,7 @@ COLUMNS = (
     "precision",
     "batch",
     "requests",
+    "lat_min_ms",
     "lat_p50_ms",
     "lat_p99_ms",
     "req_per_s",
@@ -66,8 +67,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ef-search", type=int, default=256, help="HNSW efSearch")
     p.add_argument("--quality-users", type=int, default=256, help="users of the agreement figures")
     p.add_argument("--repo", type=Path, default=None, help="exported repository: time tritonserver")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads, here and in the served scorer (0: their defaults)",
+    )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--make-checkpoint",
+        type=Path,
+        default=None,
+        help="only write a random dle-shaped checkpoint for --data's ETL here (for ncf export)",
+    )
+    p.add_argument("--data", type=Path, default=None, help="ETL directory of --make-checkpoint")
     p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--name", default="recommend", help="results file stem")
 
@@ -81,13 +94,36 @@ def build_model(args: argparse.Namespace) -> tuple[NeuMF, int, int, str]:
         model, ckpt = load_model(args.checkpoint)
         lo = RESERVED if model.cfg.num_items > RESERVED else 0
         return model.eval(), lo, model.cfg.num_items, f"checkpoint {args.checkpoint}"
+    model = _random(args, args.users + RESERVED, args.items + RESERVED)
+    return model, RESERVED, model.cfg.num_items, "random NeuMF, dle preset shape"
+
+
+def _random(args: argparse.Namespace, num_users: int, num_items: int) -> NeuMF:
     torch.manual_seed(args.seed)
-    cfg = NeuMFConfig(num_users=args.users + RESERVED, num_items=args.items + RESERVED)
-    model = NeuMF(cfg).eval()
+    model = NeuMF(NeuMFConfig(num_users=num_users, num_items=num_items)).eval()
     with torch.no_grad():  # DLE's N(0, 0.01) embeddings make every score ~0.5: spread them
         for emb in (model.mf_user_embed, model.mf_item_embed):
             emb.weight.normal_(0.0, 0.3)
-    return model, RESERVED, cfg.num_items, "random NeuMF, dle preset shape"
+    return model
+
+
+def make_checkpoint(path: Path, etl_dir: Path, seed: int) -> Path:
+    """A random NeuMF of the dle preset's shape for ``etl_dir``, saved as ``ncf train`` does."""
+    from models.checkpoint import save
+    from models.data import read_metadata
+    from ncf.digest import sha256_file
+
+    meta, _ = read_metadata(etl_dir)
+    args = argparse.Namespace(checkpoint=None, seed=seed, users=0, items=0)
+    model = _random(args, meta["num_users"], meta["num_items"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = {
+        "etl_dir": str(etl_dir),
+        "metadata_sha256": sha256_file(etl_dir / names.METADATA_FILE),
+    }
+    state = {"model": model.state_dict(), "config": model.cfg.to_dict(), "epoch": 0}
+    save(path, {**state, "metrics": {}, "data": source})
+    return path
 
 
 def scorers(model: NeuMF, lo: int, hi: int) -> dict[str, torch.jit.ScriptModule]:
@@ -169,6 +205,7 @@ def row(where, path, precision, batch, seconds, n_items, quality=None) -> dict:
         "precision": precision,
         "batch": batch,
         "requests": int(seconds.size),
+        "lat_min_ms": float(seconds.min()) * 1e3,  # the floor: the rate without contention
         "lat_p50_ms": float(p50) * 1e3,
         "lat_p99_ms": float(p99) * 1e3,
         "req_per_s": 1 / mean,
@@ -269,7 +306,8 @@ def triton_rows(args, n_items: int, qual: dict) -> list[dict]:
         conn = http.InferenceServerClient(server.http_url, network_timeout=900.0)
         try:
             for path, precision, params in variants:
-                _reload(conn, names.MODEL_CATALOGUE, {"precision": precision})
+                threads = {"precision": precision, "num_threads": args.threads}
+                _reload(conn, names.MODEL_CATALOGUE, threads)
                 _reload(conn, names.MODEL_RECOMMEND, {**params, "ann_index": "HNSW32"})
                 for batch in args.batch_sizes:
                     count = args.requests if batch == 1 else max(args.user_budget // batch, 5)
@@ -286,6 +324,15 @@ def triton_rows(args, n_items: int, qual: dict) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     if args.k < 1 or min(args.batch_sizes) < 1 or args.requests < 2 or args.quality_users < 1:
         raise ValueError("--k, --batch-sizes, --quality-users must be >= 1 and --requests >= 2")
+    if min(args.ann_candidates) < args.k:
+        raise ValueError(f"--ann-candidates {args.ann_candidates}: each must be >= --k {args.k}")
+    if args.make_checkpoint is not None:
+        if args.data is None:
+            raise ValueError(
+                "--make-checkpoint needs --data ETL_DIR (its metadata gives the sizes)"
+            )
+        print(f"wrote {make_checkpoint(args.make_checkpoint, args.data, args.seed)}")
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     model, lo, hi, source = build_model(args)

@@ -309,24 +309,37 @@ def export_repository(
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
         names.ARTIFACT_CATALOGUE: cat_bytes,
-        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
-        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
-        names.ARTIFACT_POPULARITY: _npz(tables.popularity_tables(data, meta)),
-        names.ARTIFACT_GMF: _npz(gmf_tables(model, meta)),
+        **_tables(model, meta, data),
     }
     checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}
     checks["onnx_exporter"] = exporter
     checks["catalogue_bf16"] = check_bf16(cat_bytes, meta, 16, seed + 3)
     manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
     manifest["export_id"] = export_id
+    _publish(repo, artifacts, manifest, template, server_url, keep_versions)
+    manifest["seconds"] = round(time.perf_counter() - t0, 2)
+    return manifest
+
+
+def _tables(model: NeuMF, meta: dict, data: Path) -> dict[str, bytes]:
+    """The lookup tables of the workflow and recommend models, serialized."""
+    return {
+        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
+        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
+        names.ARTIFACT_POPULARITY: _npz(tables.popularity_tables(data, meta)),
+        names.ARTIFACT_GMF: _npz(gmf_tables(model, meta)),
+    }
+
+
+def _publish(repo, artifacts: dict, manifest: dict, template, server_url, keep: int) -> None:
+    """Write the next version, switch the server at ``server_url`` to it, prune old versions;
+    records version, switch and pruning in ``manifest``."""
     manifest["version"] = repository.next_version(repo)
     repository.write_repository(repo, artifacts, manifest, template, manifest["version"])
     if server_url:
         manifest["switched"] = repository.activate_version(server_url, manifest["version"])
-    manifest["pruned"] = [str(p) for p in repository.prune_versions(repo, keep_versions)]
-    manifest["seconds"] = round(time.perf_counter() - t0, 2)
+    manifest["pruned"] = [str(p) for p in repository.prune_versions(repo, keep)]
     manifest["artifact_bytes"] = {k: len(v) for k, v in artifacts.items()}
-    return manifest
 
 
 def _manifest(

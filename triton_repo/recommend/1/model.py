@@ -145,13 +145,14 @@ class TritonPythonModel:
             )
         return scores
 
-    def _candidates(self, users, blocked):
+    def _candidates(self, users, blocked, k):
         """(catalogue positions [U, N], scores [U, N]) of every known user's candidates."""
         if self.mode == "exact":
             positions = np.broadcast_to(np.arange(self.n_items), (len(users), self.n_items))
             return positions, self._bls(users)
-        # enough neighbours that ann_candidates remain after the blocked ones are dropped
-        n = min(self.n_items, self.ann_candidates + max((len(b) for b in blocked), default=0))
+        # enough neighbours that max(k, ann_candidates) remain after the blocked ones are dropped
+        wanted = max(k, self.ann_candidates) + max((len(b) for b in blocked), default=0)
+        n = min(self.n_items, wanted)
         _, positions = self.index.search(self.gmf_users[users], n)  # -1 where fewer found
         scores = self._bls(users, np.where(positions >= 0, positions, 0) + self.lo)
         return positions, np.where(positions >= 0, scores, -np.inf)
@@ -201,7 +202,8 @@ class TritonPythonModel:
         ]
         users = np.concatenate(users) if users else np.zeros(0, np.int64)
         try:
-            scored = self._candidates(users, blocked) if users.size else (None, None)
+            k = max((int(rows["k"].max()) for rows in valid), default=1)
+            scored = self._candidates(users, blocked, k) if users.size else (None, None)
         except RuntimeError as exc:  # the scorer failed: every request of this batch fails
             return [
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))) for _ in parsed
