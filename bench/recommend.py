@@ -175,14 +175,17 @@ def exact(scorer, users: np.ndarray, k: int) -> np.ndarray:
     return top_k(positions, scores, k)
 
 
-def two_stage(scorer, index, queries, users, n: int, k: int, lo: int) -> np.ndarray:
+def two_stage(scorer, index, queries, users, n: int, k: int, lo: int, ef: int = 256) -> np.ndarray:
     """Top-k positions from the ``n`` GMF neighbours re-ranked by the network."""
+    if hasattr(index, "hnsw"):  # HNSW returns at most efSearch neighbours (as recommend sets it)
+        index.hnsw.efSearch = max(ef, n)
     _, cand = index.search(queries[users], n)
-    cand = np.where(cand >= 0, cand, 0)
+    found = cand >= 0
     with torch.inference_mode():
         u = torch.from_numpy(users).reshape(-1, 1)
-        scores = scorer.score_items(u, torch.from_numpy(cand + lo))[0].numpy()
-    return top_k(cand, scores, k)
+        ids = torch.from_numpy(np.where(found, cand, 0) + lo)
+        scores = scorer.score_items(u, ids)[0].numpy()
+    return top_k(cand, np.where(found, scores, -np.inf), k)
 
 
 def timed(fn, batches: list[np.ndarray]) -> np.ndarray:
@@ -218,7 +221,7 @@ def row(where, path, precision, batch, seconds, n_items, quality=None) -> dict:
 # -- agreement with exact fp32 -------------------------------------------------------------
 
 
-def quality(model_scorers, index_of, queries, users, k, lo, candidates) -> dict[str, dict]:
+def quality(model_scorers, index_of, queries, users, k, lo, candidates, ef) -> dict[str, dict]:
     """Key ("exact", precision) / (spec, n, precision) -> agreement with exact fp32's top-k."""
     want = exact(model_scorers["fp32"], users, k)
     with torch.inference_mode():
@@ -237,7 +240,7 @@ def quality(model_scorers, index_of, queries, users, k, lo, candidates) -> dict[
     for spec, index in index_of.items():
         for n in candidates:
             for precision, scorer in model_scorers.items():
-                got = two_stage(scorer, index, queries, users, n, k, lo)
+                got = two_stage(scorer, index, queries, users, n, k, lo, ef)
                 out[(spec, n, precision)] = {"topk_vs_exact_fp32": overlap(got)}
     return out
 
@@ -254,7 +257,9 @@ def in_process(args, model_scorers, index_of, queries, n_users, n_items, lo, qua
             q = qual[("exact", precision)]
             rows.append(row("in-process", "exact", precision, batch, secs, n_items, q))
             for (spec, index), n in itertools.product(index_of.items(), args.ann_candidates):
-                fn = partial(two_stage, scorer, index, queries, n=n, k=args.k, lo=lo)
+                fn = partial(
+                    two_stage, scorer, index, queries, n=n, k=args.k, lo=lo, ef=args.ef_search
+                )
                 q = qual[(spec, n, precision)]
                 path = f"ann {spec} n={n}"
                 rows.append(row("in-process", path, precision, batch, timed(fn, batches), n, q))
@@ -343,7 +348,9 @@ def run(args: argparse.Namespace) -> int:
     build_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 2)
     users = rng.integers(RESERVED, model.cfg.num_users, args.quality_users)
-    qual = quality(model_scorers, index_of, queries, users, args.k, lo, args.ann_candidates)
+    qual = quality(
+        model_scorers, index_of, queries, users, args.k, lo, args.ann_candidates, args.ef_search
+    )
     n_users = model.cfg.num_users
     rows = in_process(args, model_scorers, index_of, queries, n_users, hi - lo, lo, qual)
     if args.repo is not None:

@@ -291,8 +291,8 @@ def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
     for _ in range(n):
         entry = {}
         for name, array, _dtype in pool.inputs(model, 1, k, rng):
-            shape = list(array.shape[1:]) if model != names.MODEL_RECOMMEND else list(array.shape)
-            entry[name] = {"content": array.ravel().tolist(), "shape": shape}
+            # every model batches (recommend too): the shape without the batch axis
+            entry[name] = {"content": array.ravel().tolist(), "shape": list(array.shape[1:])}
         data.append(entry)
     return {"data": data}
 

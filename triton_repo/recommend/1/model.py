@@ -77,8 +77,7 @@ class TritonPythonModel:
         self.index = faiss.index_factory(items.shape[1], p["ann_index"], faiss.METRIC_INNER_PRODUCT)
         self.index.train(np.ascontiguousarray(items, dtype=np.float32))
         self.index.add(np.ascontiguousarray(items, dtype=np.float32))
-        if hasattr(self.index, "hnsw"):
-            self.index.hnsw.efSearch = int(p["ann_ef_search"])
+        self.ef_search = int(p["ann_ef_search"])
         self.ann_candidates = int(p["ann_candidates"])
 
     # -- one request -> rows --------------------------------------------------------------------
@@ -153,6 +152,8 @@ class TritonPythonModel:
         # enough neighbours that max(k, ann_candidates) remain after the blocked ones are dropped
         wanted = max(k, self.ann_candidates) + max((len(b) for b in blocked), default=0)
         n = min(self.n_items, wanted)
+        if hasattr(self.index, "hnsw"):  # HNSW returns at most efSearch neighbours
+            self.index.hnsw.efSearch = max(self.ef_search, n)
         _, positions = self.index.search(self.gmf_users[users], n)  # -1 where fewer found
         scores = self._bls(users, np.where(positions >= 0, positions, 0) + self.lo)
         return positions, np.where(positions >= 0, scores, -np.inf)
