@@ -142,16 +142,17 @@ def test_bad_k_in_one_row_fails_the_request_with_its_value(client):
         _ask(client, [1, 1], [3, 0])
 
 
-@pytest.mark.parametrize("index", ["Flat", "HNSW32"])
+@pytest.mark.parametrize(("index", "n"), [("Flat", 0), ("HNSW32", 50), ("HNSW32", 400)])
 def test_two_stage_path_reranks_candidates_with_the_network(
-    server, client, etl_dir, workflow, eager, index
+    server, client, etl_dir, workflow, eager, index, n
 ):
     """candidates ann: every answer is a ranked set of unrated items with their own NeuMF
-    scores; with an exact index over every item it equals the exact path."""
+    scores; with an exact index over every item it equals the exact path. efSearch 64 is below
+    the neighbours wanted (n plus the user's rated items): recommend raises it for the search."""
     ratings = pd.read_csv(etl_fixture.RATINGS)
     users = [int(u) for u in ratings[names.RAW_USER].unique()[:3]]
-    n = ratings[names.RAW_ITEM].nunique() if index == "Flat" else 50
-    params = {"candidates": "ann", "ann_index": index, "ann_candidates": n}
+    n = n or ratings[names.RAW_ITEM].nunique()
+    params = {"candidates": "ann", "ann_index": index, "ann_candidates": n, "ann_ef_search": 64}
     with reloaded(server, names.MODEL_RECOMMEND, parameters=params):
         out = _ask(client, users, [10, 10, 10])
     for row, user in enumerate(users):
