@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench import entry
 from bench.common import RESULTS_DIR
+from serving.repository import latest_version
 
 BENCHES: dict[str, tuple[str, str]] = {
     "etl": ("bench.etl", "ETL wall time and peak RSS per stage (vs DLE convert.py)"),
@@ -164,7 +165,7 @@ def prepare(plan: Plan) -> list[tuple[str, list[str]]]:
                 ),
             )
         )
-    if not (plan.repo / "neumf" / "1" / "manifest.json").is_file():
+    if latest_version(plan.repo / "neumf") is None:  # nothing exported yet
         steps.append(
             (
                 "export",

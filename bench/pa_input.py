@@ -27,8 +27,8 @@ def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
     for _ in range(n):
         record = {}
         for name, array, _dtype in pool.inputs(model, 1, k, rng):
-            shape = list(array.shape[1:]) if model != names.MODEL_RECOMMEND else list(array.shape)
-            record[name] = {"content": array.ravel().tolist(), "shape": shape}
+            # every model batches (recommend too): the shape without the batch axis
+            record[name] = {"content": array.ravel().tolist(), "shape": list(array.shape[1:])}
         data.append(record)
     return {"data": data}
 

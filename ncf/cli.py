@@ -33,6 +33,7 @@ STAGES: dict[str, tuple[str, str]] = {
         "export a checkpoint to TorchScript + ONNX in a Triton repository",
     ),
     "serve": ("serving.serve", "run a real tritonserver on the model repository (127.0.0.1)"),
+    "recommend": ("serving.recommend", "one user's top-k movies from the running server, titled"),
     "bench": ("bench.cli", "benchmarks: inference, triton, etl, train"),
     "run": (
         "ncf.pipeline",
@@ -49,6 +50,7 @@ EXAMPLES = """examples:
   ncf tune --data work/etl --out work/tune --model mf --preset mf-small --trials 30
   ncf export --checkpoint work/train/best.pt --data work/etl --repo triton_repo
   ncf serve --repo triton_repo
+  ncf recommend --user 1 --k 10
   ncf bench triton --repo triton_repo
   ncf run
 """

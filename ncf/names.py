@@ -32,10 +32,14 @@ OUTPUT_SCORE = "score"  # FP32 [batch, 1], sigmoid probability
 INPUT_RAW_USER = RAW_USER  # INT64 [batch, 1], raw MovieLens id
 INPUT_RAW_ITEM = RAW_ITEM  # INT64 [batch, 1], raw MovieLens id
 OUTPUT_KNOWN = "known"  # BOOL [batch, 1], False where a raw id is not in the vocabulary
-INPUT_K = "k"  # INT64 [1, 1], number of recommendations
-OUTPUT_RAW_ITEMS = "movie_ids"  # INT64 [1, k], recommended raw movieIds, best first
-OUTPUT_SCORES = "scores"  # FP32 [1, k]
-OUTPUT_ITEM_SCORES = "item_scores"  # FP32 [1, C], every catalogue item for one user_id [1, 1]
+INPUT_K = "k"  # INT64 [B, 1], number of recommendations per user
+INPUT_EXCLUDE = "exclude"  # INT64 [B, E], optional: raw movieIds never to recommend, -1 = padding
+INPUT_INCLUDE_RATED = "include_rated"  # BOOL [B, 1], optional: allow the user's rated items
+OUTPUT_RAW_ITEMS = "movie_ids"  # INT64 [B, max k], raw movieIds best first, -1 = padding
+OUTPUT_SCORES = "scores"  # FP32 [B, max k], NaN = padding
+OUTPUT_EXPORT_ID = "export_id"  # INT64 [B, 1], the `ncf export` (manifest export_id) that answered
+INPUT_ITEM_IDS = "item_ids"  # INT64 [B, N], optional: score only these item model ids
+OUTPUT_ITEM_SCORES = "item_scores"  # FP32 [B, C] (every catalogue item) or [B, N] (item_ids)
 
 # Triton model names in triton_repo/.
 MODEL_NEUMF = "neumf"
@@ -57,6 +61,8 @@ ARTIFACT_ONNX = "model.onnx"
 ARTIFACT_CATALOGUE = "catalogue.pt"  # TorchScript of serving/catalogue.py
 ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend models
 ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
+ARTIFACT_POPULARITY = "popularity.npz"  # training-split item ranking for users outside the vocab
+ARTIFACT_GMF = "gmf.npz"  # GMF user/item vectors: `recommend`'s candidate index (two-stage mode)
 MANIFEST_FILE = "manifest.json"
 # Committed once at the top of triton_repo/, copied by `ncf export` beside every python model.py.
 PYTHON_MODEL_HELPER = "artifact_check.py"

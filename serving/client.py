@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ncf import names
+from serving.repository import latest_version
 
 Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
 Connection = tuple[ModuleType, Any]  # (tritonclient.http or .grpc, its InferenceServerClient)
@@ -91,12 +92,13 @@ def infer(
 class IdPool:
     """Valid ids of an exported repository: model-id ranges and raw-id vocabularies.
 
-    Read from ``workflow/1/`` (``manifest.json`` "ids" and ``vocab.npz``), as ``ncf export``
-    writes them. ``users`` and ``items`` are ``[lo, hi)`` model-id ranges.
+    Read from the newest ``workflow/<version>/`` (``manifest.json`` "ids" and ``vocab.npz``), as
+    ``ncf export`` writes them. ``users`` and ``items`` are ``[lo, hi)`` model-id ranges.
     """
 
     def __init__(self, repo: str | Path):
-        vdir = Path(repo) / names.MODEL_WORKFLOW / "1"
+        model_dir = Path(repo) / names.MODEL_WORKFLOW
+        vdir = model_dir / str(latest_version(model_dir) or 1)
         manifest = vdir / names.MANIFEST_FILE
         if not manifest.is_file():
             raise FileNotFoundError(

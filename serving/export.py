@@ -3,11 +3,14 @@
 The served network takes ``user_id [B, 1]`` and ``item_id [B, 1]`` (int64 model ids) and returns
 the probability ``score [B, 1]`` (fp32, sigmoid of NeuMF's logit). Both artifacts are loaded back
 and compared with eager PyTorch on random valid ids before anything is written, as is the
-whole-catalogue scorer of ``recommend`` (``serving/catalogue.py``); the repository's
-version folders are then replaced atomically, each with a ``manifest.json`` (sha256 of every
-artifact, id ranges, the source checkpoint and ETL, the check results). The vocabularies of the
-saved NVTabular Workflow and the users' rated items are exported for the ``workflow`` and
-``recommend`` models (``serving/tables.py``).
+whole-catalogue scorer of ``recommend`` (``serving/catalogue.py``, also in bf16: its difference
+to fp32 is measured and recorded). Each export writes a new version folder of every model,
+atomically, each with a ``manifest.json`` (sha256 of every artifact, id ranges, the source
+checkpoint and ETL, the check results, the version and a random ``export_id`` that the scorer's
+outputs carry). The vocabularies of the saved NVTabular Workflow, the users' rated items, the
+training popularity ranking and the GMF vectors are exported for the ``workflow`` and
+``recommend`` models (``serving/tables.py``). With ``--server-url`` the running server switches to
+the new version (``serving.repository.activate_version``); old versions are then pruned.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import io
 import json
 import logging
 import os
+import secrets
 import time
 import warnings
 from pathlib import Path
@@ -34,7 +38,7 @@ from models.neumf import NeuMF
 from ncf import names
 from ncf.digest import sha256_file
 from serving import repository, tables
-from serving.catalogue import CatalogueNeuMF
+from serving.catalogue import CatalogueNeuMF, to_precision
 from serving.served import ServingNeuMF
 
 
@@ -164,9 +168,10 @@ def check_artifacts(
     return diffs
 
 
-def to_catalogue(model: NeuMF, meta: dict) -> bytes:
+def to_catalogue(model: NeuMF, meta: dict, export_id: int = 0) -> bytes:
     """Script ``CatalogueNeuMF`` over the metadata's item range; return the serialized module."""
-    scripted = torch.jit.script(CatalogueNeuMF(model, *meta["item_id_range"]).eval())
+    module = CatalogueNeuMF(model, *meta["item_id_range"], export_id=export_id).eval()
+    scripted = torch.jit.script(module)
     args = [a.name for a in scripted.forward.schema.arguments[1:]]
     if args != [names.INPUT_USER]:  # the libtorch backend binds inputs by name
         raise RuntimeError(f"catalogue forward() arguments {args} differ from the Triton input")
@@ -177,21 +182,55 @@ def to_catalogue(model: NeuMF, meta: dict) -> bytes:
 
 def check_catalogue(wrapper: ServingNeuMF, cat_bytes: bytes, meta: dict, users: int, seed: int):
     """Max abs difference of the loaded catalogue scorer vs eager PyTorch, every item of
-    ``users`` random users."""
+    ``users`` random users (scored as one batch)."""
     scripted = torch.jit.load(io.BytesIO(cat_bytes), map_location="cpu").eval()
     lo, hi = meta["item_id_range"]
     items = torch.arange(lo, hi).unsqueeze(1)  # [C, 1]
+    batch = random_ids(meta, users, seed)[0]  # [B, 1]
+    with torch.no_grad():
+        got, ids = scripted(batch)
+    if got.shape != (users, hi - lo) or got.dtype != torch.float32 or ids.shape != (users, 1):
+        raise RuntimeError(
+            f"catalogue output {tuple(got.shape)} {got.dtype}, ids {tuple(ids.shape)}; "
+            f"want ({users}, {hi - lo}) float32 and ({users}, 1)"
+        )
     diff = 0.0
-    for user in random_ids(meta, users, seed)[0]:  # [1] each
+    for row, user in enumerate(batch):  # [1] each
         with torch.no_grad():
             eager = wrapper(user.expand(hi - lo, 1), items)[:, 0]  # [C]
-            got = scripted(user.reshape(1, 1))
-        if got.shape != (1, hi - lo) or got.dtype != torch.float32:
-            raise RuntimeError(
-                f"catalogue output {tuple(got.shape)} {got.dtype}, want (1, {hi - lo})"
-            )
-        diff = max(diff, float((got[0] - eager).abs().max()))
+        diff = max(diff, float((got[row] - eager).abs().max()))
     return diff
+
+
+def check_bf16(cat_bytes: bytes, meta: dict, users: int, seed: int, k: int = 10) -> dict:
+    """The bf16 catalogue scorer vs fp32 on ``users`` random users: max abs difference of the
+    probabilities and the mean share of the fp32 top-``k`` that bf16 also ranks in its top-``k``."""
+    fp32 = torch.jit.load(io.BytesIO(cat_bytes), map_location="cpu").eval()
+    bf16 = to_precision(torch.jit.load(io.BytesIO(cat_bytes), map_location="cpu").eval(), "bf16")
+    batch = random_ids(meta, users, seed)[0]
+    with torch.no_grad():
+        want, got = fp32(batch)[0], bf16(batch)[0]
+    k = min(k, want.shape[1])
+    same = [
+        len(set(a.tolist()) & set(b.tolist())) / k
+        for a, b in zip(want.topk(k).indices, got.topk(k).indices, strict=True)
+    ]
+    return {
+        "max_abs_diff": float((got - want).abs().max()),
+        f"top{k}_agreement": round(sum(same) / len(same), 4),
+        "users": users,
+    }
+
+
+def gmf_tables(model: NeuMF, meta: dict) -> dict[str, np.ndarray]:
+    """Arrays of ``gmf.npz``: ``users [U, F]`` (GMF user vectors times the output weights) and
+    ``items [C, F]`` (the catalogue's GMF item vectors): ``users[u] @ items[i]`` is the GMF part
+    of the logit, what the two-stage path's candidate index ranks by."""
+    f, (lo, hi) = model.cfg.factors, meta["item_id_range"]
+    with torch.no_grad():
+        users = model.mf_user_embed.weight * model.final.weight[0, :f]
+        items = model.mf_item_embed.weight[lo:hi].detach().clone()
+    return {"users": users.float().numpy(), "items": items.float().numpy()}
 
 
 def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: bool) -> None:
@@ -222,13 +261,24 @@ def export_repository(
     template: str | os.PathLike | None = None,
     ignore_data_hash: bool = False,
     onnx_exporter: str = "auto",
+    server_url: str | None = None,
+    keep_versions: int = repository.KEEP_VERSIONS,
 ) -> dict:
-    """Export ``checkpoint`` and the ETL tables of ``data`` into the Triton repository ``repo``.
+    """Export ``checkpoint`` and the ETL tables of ``data`` into a new version of ``repo``.
+
+    Parameters
+    ----------
+    server_url
+        HTTP address of a tritonserver serving ``repo`` (explicit model control): it switches to
+        the new version before old versions are pruned.
+    keep_versions
+        Exported versions kept on disk (the newest ones).
 
     Returns
     -------
     dict
-        The common manifest (ids, source, checks incl. max abs diffs, timings).
+        The common manifest (ids, source, checks incl. max abs diffs, version, export_id,
+        timings; ``switched`` when a server was switched).
 
     Raises
     ------
@@ -237,6 +287,8 @@ def export_repository(
         ``tolerance`` (nothing is written then).
     """
     t0 = time.perf_counter()
+    if keep_versions < 1:
+        raise ValueError(f"--keep-versions {keep_versions}: must be >= 1 (the serving version)")
     data = Path(data)
     model, ckpt = load_model(checkpoint, kinds=("neumf",))
     meta, _ = read_metadata(data)
@@ -249,7 +301,8 @@ def export_repository(
         to_onnx(wrapper, example, exporter),
     )
     diffs = check_artifacts(wrapper, ts_bytes, onnx_bytes, meta, check_samples, seed + 1)
-    cat_bytes = to_catalogue(model, meta)
+    export_id = secrets.randbits(62)  # positive int64; tells the exports' outputs apart
+    cat_bytes = to_catalogue(model, meta, export_id)
     diffs["catalogue"] = check_catalogue(wrapper, cat_bytes, meta, 8, seed + 2)
     bad = {k: v for k, v in diffs.items() if not v <= tolerance}
     if bad:
@@ -261,16 +314,37 @@ def export_repository(
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
         names.ARTIFACT_CATALOGUE: cat_bytes,
-        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
-        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
+        **_tables(model, meta, data),
     }
     checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}
     checks["onnx_exporter"] = exporter
+    checks["catalogue_bf16"] = check_bf16(cat_bytes, meta, 16, seed + 3)
     manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
-    repository.write_repository(repo, artifacts, manifest, template)
+    manifest["export_id"] = export_id
+    _publish(repo, artifacts, manifest, template, server_url, keep_versions)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
-    manifest["artifact_bytes"] = {k: len(v) for k, v in artifacts.items()}
     return manifest
+
+
+def _tables(model: NeuMF, meta: dict, data: Path) -> dict[str, bytes]:
+    """The lookup tables of the workflow and recommend models, serialized."""
+    return {
+        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
+        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
+        names.ARTIFACT_POPULARITY: _npz(tables.popularity_tables(data, meta)),
+        names.ARTIFACT_GMF: _npz(gmf_tables(model, meta)),
+    }
+
+
+def _publish(repo, artifacts: dict, manifest: dict, template, server_url, keep: int) -> None:
+    """Write the next version, switch the server at ``server_url`` to it, prune old versions;
+    records version, switch and pruning in ``manifest``."""
+    manifest["version"] = repository.next_version(repo)
+    repository.write_repository(repo, artifacts, manifest, template, manifest["version"])
+    if server_url:
+        manifest["switched"] = repository.activate_version(server_url, manifest["version"])
+    manifest["pruned"] = [str(p) for p in repository.prune_versions(repo, keep)]
+    manifest["artifact_bytes"] = {k: len(v) for k, v in artifacts.items()}
 
 
 def _manifest(
@@ -329,6 +403,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ONNX exporter: torch.export-based (dynamo) where available, else TorchScript-based",
     )
     parser.add_argument(
+        "--server-url",
+        default=None,
+        help="HTTP host:port of the tritonserver serving --repo: switch it to the new version "
+        "(zero failed requests; e.g. 127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--keep-versions",
+        type=int,
+        default=repository.KEEP_VERSIONS,
+        help="exported versions kept in --repo, newest first (default %(default)s)",
+    )
+    parser.add_argument(
         "--ignore-data-hash",
         action="store_true",
         help="export even if metadata.json differs from the one recorded in the checkpoint",
@@ -351,11 +437,17 @@ def run(args: argparse.Namespace) -> int:
         template=args.template,
         ignore_data_hash=args.ignore_data_hash,
         onnx_exporter=args.onnx_exporter,
+        server_url=args.server_url,
+        keep_versions=args.keep_versions,
     )
     summary = {
         "repo": str(Path(args.repo).resolve()),
         "models": list(repository.MODEL_ARTIFACTS),
+        "version": manifest["version"],
+        "export_id": manifest["export_id"],
+        "switched": bool(args.server_url),
         "max_abs_diff": manifest["checks"]["max_abs_diff"],
+        "catalogue_bf16": manifest["checks"]["catalogue_bf16"],
         "artifact_bytes": manifest["artifact_bytes"],
         "seconds": manifest["seconds"],
     }

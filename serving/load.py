@@ -48,13 +48,14 @@ class RequestMaker:
             "ensemble_b64": lambda r: self._raw(r, names.MODEL_ENSEMBLE, 64),
             "workflow_b64": lambda r: self._raw(r, names.MODEL_WORKFLOW, 64),
             "recommend_k10": lambda r: self._recommend(int(r.choice(pool.raw_users)), 10),
+            # cold start: answered from the popularity ranking (known = false), not an error
+            "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
         }
         self.invalid_kinds: dict[str, Callable[[np.random.Generator], Built]] = {
             "neumf_out_of_range_id": lambda r: self._neumf(r, 8, user=pool.num_users),
             "neumf_wrong_dtype": lambda r: self._neumf(r, 8, dtype="INT32"),
             "neumf_wrong_shape": lambda r: self._neumf(r, 8, width=2),
             "neumf_over_max_batch": lambda r: self._neumf(r, self.max_batch + 1),
-            "recommend_unknown_user": lambda r: self._recommend(unknown_user, 10),
             "recommend_k0": lambda r: self._recommend(int(pool.raw_users[0]), 0),
         }
 

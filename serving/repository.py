@@ -1,23 +1,35 @@
-"""Write exported artifacts into a Triton model repository: each version folder atomically.
+"""Write exported artifacts into a Triton model repository as a new version; switch a live server.
 
-A version folder ``<repo>/<model>/1/`` is rebuilt beside itself (its committed ``*.py`` files
-carried over, the shared ``artifact_check.py`` copied beside a python ``model.py``, the artifacts
-hard-linked from one staging copy, ``manifest.json`` last) and renamed into place
-(``ncf.atomic.atomic_dir``), so the server never sees new weights with an old manifest.
+Each ``ncf export`` writes version ``N + 1`` of every model (``N``: the newest exported version in
+the repository, 0 for a new one): ``<repo>/<model>/<N + 1>/`` is built beside itself (the python
+model files copied in, the shared ``artifact_check.py`` beside a python ``model.py``, the
+artifacts hard-linked from one staging copy, ``manifest.json`` last) and renamed into place
+(``ncf.atomic.atomic_dir``), so the server never sees new weights with an old manifest. All models
+of one export share the version number and the manifest's ``export_id``.
+
+A running server (explicit model control, ``version_policy`` latest 1) then switches with
+``activate_version``: a model another one calls by pinned version (``recommend`` calls its scorer
+with its own version number) first gets both versions loaded, the callers switch, and only once
+their old versions are unloaded does the callee drop its old one; every request is answered by
+one export's artifacts. ``prune_versions`` then removes all but the newest ``keep`` versions.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from ncf import atomic, names
 from ncf.digest import sha256_bytes, sha256_file
 
-VERSION = "1"
+# The committed python models live in this version folder of the project's triton_repo/.
+DEFINITION_VERSION = "1"
+KEEP_VERSIONS = 2  # the serving version and the one before it stay on disk
 
 # Which artifacts each model's version folder holds. The ensemble holds none (Triton still wants
 # the folder).
@@ -28,7 +40,12 @@ MODEL_ARTIFACTS: dict[str, tuple[str, ...]] = {
     names.MODEL_CATALOGUE: (names.ARTIFACT_CATALOGUE,),
     names.MODEL_CATALOGUE_LIBTORCH: (names.ARTIFACT_CATALOGUE,),
     names.MODEL_WORKFLOW: (names.ARTIFACT_VOCAB,),
-    names.MODEL_RECOMMEND: (names.ARTIFACT_VOCAB, names.ARTIFACT_SEEN),
+    names.MODEL_RECOMMEND: (
+        names.ARTIFACT_VOCAB,
+        names.ARTIFACT_SEEN,
+        names.ARTIFACT_POPULARITY,
+        names.ARTIFACT_GMF,
+    ),
     names.MODEL_ENSEMBLE: (),
 }
 
@@ -36,6 +53,31 @@ MODEL_ARTIFACTS: dict[str, tuple[str, ...]] = {
 def project_repo() -> Path:
     """The committed ``triton_repo/`` of this project (configs and python models)."""
     return Path(__file__).resolve().parents[1] / "triton_repo"
+
+
+def versions(model_dir: str | os.PathLike) -> list[int]:
+    """Exported versions of a model folder (numeric subfolders holding a manifest), ascending."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return []
+    found = [
+        int(p.name)
+        for p in model_dir.iterdir()
+        if p.is_dir() and p.name.isdigit() and (p / names.MANIFEST_FILE).is_file()
+    ]
+    return sorted(found)
+
+
+def latest_version(model_dir: str | os.PathLike) -> int | None:
+    """The newest exported version of a model folder, None if it has none."""
+    found = versions(model_dir)
+    return found[-1] if found else None
+
+
+def next_version(repo: str | os.PathLike) -> int:
+    """The version the next export writes: one above the newest of any model, 1 for a new repo."""
+    newest = [latest_version(Path(repo) / m) or 0 for m in MODEL_ARTIFACTS]
+    return max(newest, default=0) + 1
 
 
 def ensure_definitions(repo: Path, template: Path) -> None:
@@ -48,12 +90,30 @@ def ensure_definitions(repo: Path, template: Path) -> None:
         src = template / model
         if not (src / "config.pbtxt").is_file():
             raise FileNotFoundError(f"{src}/config.pbtxt not found: pass --template triton_repo")
-        (repo / model / VERSION).mkdir(parents=True, exist_ok=True)
+        (repo / model).mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / "config.pbtxt", repo / model / "config.pbtxt")
         if (src / "configs").is_dir():
             shutil.copytree(src / "configs", repo / model / "configs", dirs_exist_ok=True)
-        for py in (src / VERSION).glob("*.py"):
-            shutil.copy2(py, repo / model / VERSION / py.name)
+        python_files = list((src / DEFINITION_VERSION).glob("*.py"))
+        if python_files:
+            (repo / model / DEFINITION_VERSION).mkdir(exist_ok=True)
+        for py in python_files:
+            shutil.copy2(py, repo / model / DEFINITION_VERSION / py.name)
+
+
+def _definition_dir(model_dir: Path, template: Path) -> Path | None:
+    """Where the python model files of a new version come from: the project's committed folder
+    for the project's own repository, else the repository's newest version folder holding them
+    (its own definitions), else the template's."""
+    if model_dir.parent.resolve() != project_repo().resolve():
+        numbered = sorted(
+            (int(p.name), p) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()
+        )
+        for _, folder in reversed(numbered):
+            if list(folder.glob("*.py")):
+                return folder
+    src = template / model_dir.name / DEFINITION_VERSION
+    return src if src.is_dir() else None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -68,8 +128,9 @@ def write_repository(
     artifacts: Mapping[str, bytes],
     manifest: dict,
     template: str | os.PathLike | None = None,
+    version: int | None = None,
 ) -> dict[str, dict]:
-    """Write ``artifacts`` (file name -> bytes) into every model's version folder of ``repo``.
+    """Write ``artifacts`` (file name -> bytes) into a new version folder of every model.
 
     Parameters
     ----------
@@ -79,8 +140,10 @@ def write_repository(
     artifacts
         Must hold every file named in ``MODEL_ARTIFACTS``.
     manifest
-        Common manifest fields (ids, source, checks); each folder's ``manifest.json`` adds
-        ``model`` and ``artifacts`` {file: {sha256, bytes}}.
+        Common manifest fields (ids, source, checks, export_id); each folder's ``manifest.json``
+        adds ``model``, ``version`` and ``artifacts`` {file: {sha256, bytes}}.
+    version
+        Version folder to write; default ``next_version(repo)``.
 
     Returns
     -------
@@ -91,6 +154,7 @@ def write_repository(
     repo.mkdir(parents=True, exist_ok=True)
     template = Path(template) if template else project_repo()
     ensure_definitions(repo, template)
+    version = next_version(repo) if version is None else version
     helper = template / names.PYTHON_MODEL_HELPER
     helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
     atomic.clean_stale(repo / "export")  # the .tmp-export-* staging folder of a killed export
@@ -103,8 +167,11 @@ def write_repository(
             files[name] = {"sha256": sha256_bytes(data), "bytes": len(data)}
         written = {}
         for model, wanted in MODEL_ARTIFACTS.items():
+            entry = {**manifest, "model": model, "version": version}
+            entry["artifacts"] = {f: files[f] for f in wanted}
+            source = _definition_dir(repo / model, template)
             written[model] = _write_version(
-                repo / model / VERSION, staging, wanted, files, model, manifest, helper
+                repo / model / str(version), staging, source, entry, helper
             )
         return written
     finally:
@@ -112,25 +179,119 @@ def write_repository(
 
 
 def _write_version(
-    target: Path,
-    staging: Path,
-    wanted: tuple[str, ...],
-    files: dict,
-    model: str,
-    manifest: dict,
-    helper: Path,
+    target: Path, staging: Path, source: Path | None, manifest: dict, helper: Path
 ) -> dict:
-    model_manifest = {**manifest, "model": model, "artifacts": {f: files[f] for f in wanted}}
     with atomic.atomic_dir(target, overwrite=True) as tmp:
         tmp.chmod(0o755)  # mkdtemp made it 0700
-        if target.is_dir():
-            for py in target.glob("*.py"):  # the committed python model
+        for py in source.glob("*.py") if source is not None else ():  # the python model
+            if py.name != helper.name:
                 shutil.copy2(py, tmp / py.name)
         if (tmp / "model.py").is_file():  # always the current helper, never a stale copy
             shutil.copy2(helper, tmp / helper.name)
-            model_manifest["helpers"] = {helper.name: {"sha256": sha256_file(tmp / helper.name)}}
-        for name in wanted:
+            manifest = {
+                **manifest,
+                "helpers": {helper.name: {"sha256": sha256_file(tmp / helper.name)}},
+            }
+        for name in manifest["artifacts"]:
             _link_or_copy(staging / name, tmp / name)
-        atomic.write_json(tmp / names.MANIFEST_FILE, model_manifest)
+        atomic.write_json(tmp / names.MANIFEST_FILE, manifest)
         (tmp / names.MANIFEST_FILE).chmod(0o644)
-    return model_manifest
+    return manifest
+
+
+def prune_versions(repo: str | os.PathLike, keep: int = KEEP_VERSIONS) -> list[Path]:
+    """Remove all but the newest ``keep`` exported versions of every model; the removed folders.
+
+    In the project's own ``triton_repo/`` the committed folder (``1/``) stays with its python
+    model files; only what export wrote into it goes.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: at least the serving version must stay (>= 1)")
+    repo = Path(repo)
+    committed = repo.resolve() == project_repo().resolve()
+    removed = []
+    for model in MODEL_ARTIFACTS:
+        for old in versions(repo / model)[:-keep]:
+            folder = repo / model / str(old)
+            if committed and folder.name == DEFINITION_VERSION:
+                for path in folder.iterdir():
+                    if path.suffix != ".py" or path.name == names.PYTHON_MODEL_HELPER:
+                        shutil.rmtree(path) if path.is_dir() else path.unlink()
+            else:
+                shutil.rmtree(folder)
+            removed.append(folder)
+    return removed
+
+
+# -- switching a running server --------------------------------------------------------------
+
+
+def _ready_versions(client) -> dict[str, set[int]]:
+    """model -> versions in state READY, from the server's repository index."""
+    ready: dict[str, set[int]] = {}
+    for entry in client.get_model_repository_index():
+        if entry.get("state") == "READY" and entry.get("version"):
+            ready.setdefault(entry["name"], set()).add(int(entry["version"]))
+    return ready
+
+
+def _pinned_callees(client, loaded: dict[str, set[int]]) -> set[str]:
+    """Loaded models that a loaded python model calls by pinned version (``scorer_model``)."""
+    callees = set()
+    for model in loaded:
+        params = client.get_model_config(model).get("parameters", {})
+        callee = params.get("scorer_model", {}).get("string_value")
+        if callee in loaded:
+            callees.add(callee)
+    return callees
+
+
+def _wait_unloaded(client, models: set[str], version: int, deadline: float) -> None:
+    """Wait until no version but ``version`` of ``models`` is READY (in-flight requests done)."""
+    while True:
+        ready = _ready_versions(client)
+        left = {m: ready.get(m, set()) - {version} for m in models}
+        if not any(left.values()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"old versions still loaded after the switch: {left}")
+        time.sleep(0.05)
+
+
+def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str, list[int]]:
+    """Switch the server at ``url`` (HTTP, explicit model control) to ``version`` of every model
+    it has loaded, without a failed or mixed request; returns model -> versions loaded before.
+
+    Raises
+    ------
+    RuntimeError
+        A model failed to load (the server keeps serving the old version then).
+    """
+    import tritonclient.http as http
+    from tritonclient.utils import InferenceServerException
+
+    deadline = time.monotonic() + timeout
+    client = http.InferenceServerClient(url, network_timeout=timeout, connection_timeout=timeout)
+    try:
+        before = _ready_versions(client)
+        callees = _pinned_callees(client, before)
+        ensembles = {m for m in before if client.get_model_config(m).get("platform") == "ensemble"}
+        try:
+            for callee in sorted(callees):  # old and new side by side while callers switch
+                config = client.get_model_config(callee)
+                both = sorted(before[callee] | {version})
+                config["version_policy"] = {"specific": {"versions": both}}
+                client.load_model(callee, config=json.dumps(config))
+            for model in sorted(set(before) - callees - ensembles):
+                client.load_model(model)
+            for model in sorted(ensembles):
+                client.load_model(model)
+            _wait_unloaded(client, set(before) - callees, version, deadline)
+            for callee in sorted(callees):  # back to the committed policy: the old one goes
+                client.load_model(callee)
+            _wait_unloaded(client, callees, version, deadline)
+        except InferenceServerException as exc:
+            raise RuntimeError(f"switching {url} to version {version} failed: {exc}") from exc
+        return {m: sorted(v) for m, v in before.items()}
+    finally:
+        client.close()

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ncf import names
+from serving.repository import latest_version
 from serving.triton_env import (
     LOOPBACK,
     backend_dir,
@@ -52,7 +53,7 @@ def exported_models(repo: str | os.PathLike) -> list[str]:
         for m in names.CPU_MODELS
         if m != names.MODEL_ENSEMBLE  # an ensemble is ready exactly when its steps are
         and (repo / m / "config.pbtxt").is_file()
-        and (repo / m / "1" / names.MANIFEST_FILE).is_file()
+        and latest_version(repo / m) is not None  # a version folder with a manifest
     ]
     for model, needs in COMPOSING_MODELS.items():
         composed = model in names.CPU_MODELS and (repo / model / "config.pbtxt").is_file()

@@ -4,6 +4,8 @@
   their codes (``np.searchsorted`` at serving time), plus the out-of-vocabulary code.
 - ``seen_tables``: every user's known positives (``train/`` and ``test/``) as CSR arrays by model id,
   so that ``recommend`` can exclude the items a user already rated.
+- ``popularity_tables``: the catalogue ranked by how many users rated each item in ``train/``, what
+  ``recommend`` answers for users outside the vocabulary (cold start).
 
 Categorify (NVTabular 23.08) writes ``workflow/categories/unique.<column>.parquet`` whose pandas
 index is the code of each raw value; codes 0, 1, 2 are reserved for padding, nulls and
@@ -100,3 +102,21 @@ def seen_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray]
     indptr = np.zeros(meta["num_users"] + 1, dtype=np.int64)
     np.cumsum(np.bincount(users, minlength=meta["num_users"]), out=indptr[1:])
     return {"indptr": indptr, "indices": items}
+
+
+def popularity_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray]:
+    """Arrays of ``popularity.npz``: the catalogue (``item_id_range``) ranked by training users.
+
+    ``items``: item model ids, most rated first (ties: lower id first); ``share``: float32, the
+    fraction of training users who rated each (the score ``recommend`` returns for them). Only
+    ``train/`` counts: the held-out test item stays unseen, as in evaluation.
+    """
+    etl_dir = Path(etl_dir)
+    users, items = read_pairs(etl_dir / names.TRAIN_DIR)
+    check_range(items, 0, meta["num_items"], etl_dir / names.TRAIN_DIR, names.ITEM)
+    lo, hi = meta["item_id_range"]
+    counts = np.bincount(items, minlength=meta["num_items"])[lo:hi].astype(np.int64)
+    ids = np.arange(lo, hi, dtype=np.int64)
+    order = np.lexsort((ids, -counts))  # count descending, then id ascending
+    n_users = max(int(np.unique(users).size), 1)
+    return {"items": ids[order], "share": (counts[order] / n_users).astype(np.float32)}

@@ -12,15 +12,23 @@ import os
 import triton_python_backend_utils as pb_utils
 
 
-def manifest_ids(version_dir, manifest_name):
-    """The manifest's ``ids`` (num_users, num_items, user_id_range, item_id_range)."""
+def manifest_field(version_dir, manifest_name, key):
+    """One top-level field of the export manifest (e.g. ``ids``, ``export_id``)."""
     path = os.path.join(version_dir, manifest_name)
     if not os.path.isfile(path):
         raise pb_utils.TritonModelException(
             f"{path} not found: run `ncf export` to write the artifacts and manifest"
         )
     with open(path, encoding="utf-8") as f:
-        return json.load(f)["ids"]
+        manifest = json.load(f)
+    if key not in manifest:
+        raise pb_utils.TritonModelException(f"{path} has no {key!r}: re-run `ncf export`")
+    return manifest[key]
+
+
+def manifest_ids(version_dir, manifest_name):
+    """The manifest's ``ids`` (num_users, num_items, user_id_range, item_id_range)."""
+    return manifest_field(version_dir, manifest_name, "ids")
 
 
 def verified_artifact(version_dir, manifest_name, artifact):

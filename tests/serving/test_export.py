@@ -1,4 +1,4 @@
-"""`ncf export`: artifacts equal eager PyTorch, manifest, ETL tables, atomic rewrite, bad inputs."""
+"""`ncf export`: artifacts equal eager PyTorch, manifest, ETL tables, version folders, bad inputs."""
 
 from __future__ import annotations
 
@@ -62,8 +62,11 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
         assert manifest["ids"] == {k: meta[k] for k in manifest["ids"]}
         assert manifest["source"]["checkpoint_sha256"] == _sha(checkpoint)
         assert manifest["source"]["metadata_sha256"] == _sha(etl_dir / names.METADATA_FILE)
+        assert manifest["version"] == 1 and manifest["export_id"] == common["export_id"] > 0
     diffs = common["checks"]["max_abs_diff"]
     assert set(diffs) == {"torchscript", "onnx", "catalogue"} and max(diffs.values()) <= 1e-5
+    bf16 = common["checks"]["catalogue_bf16"]
+    assert 0 <= bf16["max_abs_diff"] < 0.05 and 0.5 <= bf16["top10_agreement"] <= 1
     assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in
     helper = repository.project_repo() / names.PYTHON_MODEL_HELPER
     with_model_py = {p.parent.parent.name for p in repo.glob("*/1/model.py")}
@@ -106,12 +109,14 @@ def test_written_catalogue_scorer_equals_eager_pytorch(exported, checkpoint, etl
     scorer = torch.jit.load(repo / names.MODEL_CATALOGUE_LIBTORCH / "1" / names.ARTIFACT_CATALOGUE)
     assert [a.name for a in scorer.forward.schema.arguments[1:]] == [names.INPUT_USER]
     items = torch.arange(lo, hi)
-    for user in export.random_ids(meta, 3, seed=7)[0][:, 0].tolist():
+    users = export.random_ids(meta, 3, seed=7)[0]
+    with torch.no_grad():
+        got, ids = scorer(users)
+    assert got.shape == (3, hi - lo) and ids.tolist() == [[exported[1]["export_id"]]] * 3
+    for row, user in enumerate(users[:, 0].tolist()):
         with torch.no_grad():
             want = torch.sigmoid(model(torch.full_like(items, user), items))
-            got = scorer(torch.tensor([[user]]))
-        assert got.shape == (1, hi - lo)
-        torch.testing.assert_close(got[0], want, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got[row], want, rtol=0, atol=1e-5)
 
 
 def test_artifacts_carry_the_triton_tensor_names(exported):
@@ -186,19 +191,67 @@ def test_seen_tables_reject_ids_outside_the_metadata(tmp_path):
         tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
 
 
-def test_reexport_replaces_version_folders_and_keeps_model_py(
-    exported, checkpoint, etl_dir, tmp_path
-):
+def test_reexport_adds_a_version_and_prunes_the_oldest(exported, checkpoint, etl_dir, tmp_path):
     repo = shutil.copytree(exported[0], tmp_path / "repo")
     model_py = (repo / names.MODEL_NEUMF / "1" / "model.py").read_bytes()
     other = etl_fixture.make_checkpoint(tmp_path / "other.pt", etl_dir, seed=1)
-    export.export_repository(other, etl_dir, repo)
-    manifest = json.loads((repo / names.MODEL_NEUMF / "1" / names.MANIFEST_FILE).read_text())
+    second = export.export_repository(other, etl_dir, repo)
+    assert second["version"] == 2 and second["export_id"] != exported[1]["export_id"]
+    for model in MODEL_ARTIFACTS:  # the old version stays for a server still serving it
+        assert repository.versions(repo / model) == [1, 2]
+    manifest = json.loads((repo / names.MODEL_NEUMF / "2" / names.MANIFEST_FILE).read_text())
     assert manifest["source"]["checkpoint_sha256"] == _sha(other) != _sha(checkpoint)
-    assert (repo / names.MODEL_NEUMF / "1" / "model.py").read_bytes() == model_py
-    pt = repo / names.MODEL_NEUMF / "1" / names.ARTIFACT_TORCHSCRIPT
+    assert manifest["version"] == 2 and manifest["export_id"] == second["export_id"]
+    assert (repo / names.MODEL_NEUMF / "2" / "model.py").read_bytes() == model_py
+    pt = repo / names.MODEL_NEUMF / "2" / names.ARTIFACT_TORCHSCRIPT
     assert manifest["artifacts"][names.ARTIFACT_TORCHSCRIPT]["sha256"] == _sha(pt)
+    third = export.export_repository(checkpoint, etl_dir, repo, keep_versions=2)
+    assert third["version"] == 3 and len(third["pruned"]) == len(MODEL_ARTIFACTS)
+    assert all(repository.versions(repo / m) == [2, 3] for m in MODEL_ARTIFACTS)
+    assert not (repo / names.MODEL_NEUMF / "1").exists()
     assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
+
+
+def test_pruning_the_project_repository_keeps_its_committed_python_models(
+    exported, monkeypatch, tmp_path
+):
+    repo = shutil.copytree(exported[0], tmp_path / "project")
+    monkeypatch.setattr(repository, "project_repo", lambda: repo)
+    for version in ("2", "3"):
+        shutil.copytree(repo / names.MODEL_RECOMMEND / "1", repo / names.MODEL_RECOMMEND / version)
+    removed = repository.prune_versions(repo, keep=1)
+    assert repo / names.MODEL_RECOMMEND / "1" in removed
+    assert sorted(p.name for p in (repo / names.MODEL_RECOMMEND / "1").iterdir()) == ["model.py"]
+    assert not (repo / names.MODEL_RECOMMEND / "2").exists()
+    assert repository.versions(repo / names.MODEL_RECOMMEND) == [3]
+    with pytest.raises(ValueError, match="keep=0"):
+        repository.prune_versions(repo, keep=0)
+
+
+def test_popularity_ranks_the_catalogue_by_training_users(tmp_path):
+    # items 3..6 (ids 0..2 reserved); train: item 5 rated by 3 users, 4 by 2, 3 and 6 by 1 each
+    pairs = [(3, 5), (4, 5), (5, 5), (3, 4), (4, 4), (5, 6), (3, 3)]
+    (tmp_path / names.TRAIN_DIR).mkdir()
+    frame = pd.DataFrame(pairs, columns=[names.USER, names.ITEM])
+    frame.to_parquet(tmp_path / names.TRAIN_DIR / "part_0.parquet", index=False)
+    meta = {"num_users": 6, "num_items": 7, "item_id_range": [3, 7]}
+    pop = tables.popularity_tables(tmp_path, meta)
+    np.testing.assert_array_equal(pop["items"], [5, 4, 3, 6])  # ties: lower id first
+    np.testing.assert_allclose(pop["share"], [1, 2 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+    assert pop["share"].dtype == np.float32
+
+
+def test_gmf_vectors_give_the_gmf_part_of_the_logit(exported, checkpoint, etl_dir):
+    repo, _ = exported
+    model, _ = load_model(checkpoint)
+    meta = json.loads((etl_dir / names.METADATA_FILE).read_text())
+    lo, f = meta["item_id_range"][0], model.cfg.factors
+    with np.load(repo / names.MODEL_RECOMMEND / "1" / names.ARTIFACT_GMF) as gmf:
+        got = gmf["users"][5] @ gmf["items"][7 - lo]
+    with torch.no_grad():
+        mf = model.mf_user_embed.weight[5] * model.mf_item_embed.weight[7]
+        want = float(mf @ model.final.weight[0, :f])
+    assert got == pytest.approx(want, rel=1e-5)
 
 
 def test_checkpoint_for_other_data_is_refused_and_nothing_written(exported, etl_dir, tmp_path):

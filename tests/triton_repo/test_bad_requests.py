@@ -56,12 +56,14 @@ BAD = {
         {names.INPUT_USER: np.array([[10**6]], dtype=np.int64)},
         "out of range",
     ),
-    "catalogue_batch_of_users": (
+    "catalogue_item_out_of_range": (
         names.MODEL_CATALOGUE,
-        {names.INPUT_USER: np.array([[1], [2]], dtype=np.int64)},
-        None,
+        {
+            names.INPUT_USER: np.array([[3]], dtype=np.int64),
+            names.INPUT_ITEM_IDS: np.array([[10**6]], dtype=np.int64),
+        },
+        "item_ids",
     ),
-    "recommend_unknown_user": (names.MODEL_RECOMMEND, _rec(user=10**9), "not in the vocabulary"),
     "recommend_k_zero": (names.MODEL_RECOMMEND, _rec(k=0), "k=0"),
     "recommend_k_negative": (names.MODEL_RECOMMEND, _rec(k=-3), "k=-3"),
     "recommend_k_over_catalogue": (names.MODEL_RECOMMEND, _rec(k=10**6), "catalogue"),

@@ -31,6 +31,7 @@ ALLOWED_IMPORTS = {
     "torch",
     "onnxruntime",
     "triton_python_backend_utils",
+    "faiss",  # recommend's two-stage path only (candidates "ann"), imported when configured
     names.PYTHON_MODEL_HELPER.removesuffix(".py"),  # artifact_check, copied beside by export
 }
 
@@ -77,11 +78,20 @@ def test_neumf_models_take_model_ids_and_return_a_score(model):
 
 
 @pytest.mark.parametrize("model", CATALOGUE_MODELS)
-def test_catalogue_models_take_one_user_and_score_every_item(model):
+def test_catalogue_models_score_every_item_for_a_batch_of_users(model):
     cfg = config(model)
-    assert cfg.max_batch_size == 0
-    assert io(cfg.input) == [(names.INPUT_USER, "TYPE_INT64", [1, 1])]
-    assert io(cfg.output) == [(names.OUTPUT_ITEM_SCORES, "TYPE_FP32", [1, -1])]
+    assert cfg.max_batch_size >= config(names.MODEL_RECOMMEND).max_batch_size  # one BLS call
+    assert io(cfg.input)[0] == (names.INPUT_USER, "TYPE_INT64", [1])
+    assert io(cfg.output) == [
+        (names.OUTPUT_ITEM_SCORES, "TYPE_FP32", [-1]),
+        (names.OUTPUT_EXPORT_ID, "TYPE_INT64", [1]),
+    ]
+    assert cfg.version_policy.latest.num_versions == 1
+    if model == names.MODEL_CATALOGUE:  # the python scorer also re-ranks given items
+        assert io(cfg.input)[1:] == [(names.INPUT_ITEM_IDS, "TYPE_INT64", [-1])]
+        assert cfg.input[1].optional and params(cfg)["precision"] in ("auto", "fp32", "bf16")
+    else:
+        assert len(cfg.input) == 1
 
 
 def test_official_backend_configs_name_the_exported_artifacts():
@@ -113,6 +123,8 @@ def test_python_models_run_on_cpu_and_name_shared_artifacts(model):
         "vocab_artifact": names.ARTIFACT_VOCAB,
         "seen_artifact": names.ARTIFACT_SEEN,
         "catalogue_artifact": names.ARTIFACT_CATALOGUE,
+        "popularity_artifact": names.ARTIFACT_POPULARITY,
+        "gmf_artifact": names.ARTIFACT_GMF,
     }
     named = {k: v for k, v in p.items() if k.endswith("_artifact")}
     assert named and named == {k: shared[k] for k in named}
@@ -156,20 +168,33 @@ def test_ensemble_chains_workflow_into_neumf():
 
 def test_recommend_io_and_scorer():
     cfg = config(names.MODEL_RECOMMEND)
-    assert cfg.max_batch_size == 0
+    assert cfg.max_batch_size > 1 and cfg.HasField("dynamic_batching")
+    assert cfg.version_policy.latest.num_versions == 1
     assert io(cfg.input) == [
-        (names.INPUT_RAW_USER, "TYPE_INT64", [1, 1]),
-        (names.INPUT_K, "TYPE_INT64", [1, 1]),
+        (names.INPUT_RAW_USER, "TYPE_INT64", [1]),
+        (names.INPUT_K, "TYPE_INT64", [1]),
+        (names.INPUT_EXCLUDE, "TYPE_INT64", [-1]),
+        (names.INPUT_INCLUDE_RATED, "TYPE_BOOL", [1]),
     ]
+    assert [t.optional for t in cfg.input] == [False, False, True, True]
     assert io(cfg.output) == [
-        (names.OUTPUT_RAW_ITEMS, "TYPE_INT64", [1, -1]),
-        (names.OUTPUT_SCORES, "TYPE_FP32", [1, -1]),
+        (names.OUTPUT_RAW_ITEMS, "TYPE_INT64", [-1]),
+        (names.OUTPUT_SCORES, "TYPE_FP32", [-1]),
+        (names.OUTPUT_KNOWN, "TYPE_BOOL", [1]),
+        (names.OUTPUT_EXPORT_ID, "TYPE_INT64", [1]),
     ]
     p = params(cfg)
     scorer = config(p["scorer_model"])
     assert p["scorer_model"] == names.MODEL_CATALOGUE
-    assert [t.name for t in scorer.input] == [p["scorer_user_input"]] == [names.INPUT_USER]
-    assert [t.name for t in scorer.output] == [p["scorer_output"]] == [names.OUTPUT_ITEM_SCORES]
+    assert [t.name for t in scorer.input] == [p["scorer_user_input"], p["scorer_items_input"]]
+    assert [p["scorer_user_input"], p["scorer_items_input"]] == [
+        names.INPUT_USER,
+        names.INPUT_ITEM_IDS,
+    ]
+    assert [t.name for t in scorer.output] == [p["scorer_output"], p["scorer_export_id_output"]]
+    assert p["scorer_output"] == names.OUTPUT_ITEM_SCORES
+    assert p["scorer_export_id_output"] == names.OUTPUT_EXPORT_ID
+    assert p["candidates"] in ("exact", "ann") and int(p["ann_candidates"]) > 0
 
 
 def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:

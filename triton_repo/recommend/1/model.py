@@ -1,11 +1,19 @@
-"""Triton python backend: the top-k raw movieIds for a raw userId, the rated items excluded.
+"""Triton python backend: the top-k raw movieIds for a batch of raw userIds.
 
-Config (``../config.pbtxt``): inputs raw user id and k (INT64 ``[1, 1]``, in that order); outputs
-raw item ids (INT64 ``[1, k]``) and their scores (FP32 ``[1, k]``), best first, ties broken by the
-lower item model id. Every item of the catalogue (``item_id_range`` in the manifest) is scored in
-one request to the scorer model (BLS; ``neumf_catalogue``: user id ``[1, 1]`` -> scores ``[1, C]``
-in model-id order). ``vocab.npz`` (see the workflow model) maps ids both ways; ``seen.npz``
-holds each user's rated items as CSR arrays (``indptr [num_users + 1]``, ``indices``) by model id.
+Config (``../config.pbtxt``), inputs in this order: raw user ids and k (INT64 ``[B, 1]``), the
+optional raw movieIds to leave out (INT64 ``[B, E]``, -1 = padding, ids outside the vocabulary are
+ignored) and the optional flag that allows already-rated items (BOOL ``[B, 1]``). Outputs: raw item
+ids (INT64 ``[B, max k]``, -1 = padding) and their scores (FP32, NaN = padding), best first, ties
+broken by the lower item model id; ``known`` (BOOL ``[B, 1]``) and the ``export_id`` (INT64
+``[B, 1]``) of the export that answered.
+
+Known users are scored by the scorer model (BLS, pinned to this model's version; one request for
+all users of an execute(), whatever their request): the whole catalogue (``candidates`` exact:
+user ids ``[U, 1]`` -> scores ``[U, C]`` in model-id order) or the items nearest to the user's GMF
+vector in a faiss index (``candidates`` ann: item ids ``[U, N]`` -> scores ``[U, N]``). Users
+outside the vocabulary get ``popularity.npz``'s ranking. ``vocab.npz`` (see the workflow model)
+maps ids both ways; ``seen.npz`` holds each user's rated items as CSR arrays (``indptr
+[num_users + 1]``, ``indices``) by model id.
 """
 
 import json
@@ -13,90 +21,199 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import manifest_ids, verified_artifact
+from artifact_check import manifest_field, verified_artifact
+
+
+def top_k(items, scores, k):
+    """The ``k`` best (items, scores): score descending, then item id ascending."""
+    if k < len(scores):  # sort only the items that can make the top k (ties at the k-th kept)
+        top = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+        items, scores = items[top], scores[top]
+    best = np.lexsort((items, -scores))[:k]
+    return items[best], scores[best]
 
 
 class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
         p = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        self.raw_user_in, self.k_in = (t["name"] for t in cfg["input"])
-        self.items_out, self.scores_out = (t["name"] for t in cfg["output"])
-        self.scorer = p["scorer_model"]
-        self.scorer_user, self.scorer_out = p["scorer_user_input"], p["scorer_output"]
+        self.user_in, self.k_in, self.exclude_in, self.rated_in = (t["name"] for t in cfg["input"])
+        self.items_out, self.scores_out, self.known_out, self.id_out = (
+            t["name"] for t in cfg["output"]
+        )
+        self.scorer, self.scorer_out = p["scorer_model"], p["scorer_output"]
+        self.scorer_user, self.scorer_items = p["scorer_user_input"], p["scorer_items_input"]
+        self.scorer_id_out = p["scorer_export_id_output"]
+        self.version = int(args["model_version"])  # the scorer's version this one was exported with
         vdir = os.path.join(args["model_repository"], args["model_version"])
-        lo, hi = manifest_ids(vdir, p["manifest"])["item_id_range"]
-        self.candidates = np.arange(lo, hi, dtype=np.int64)  # [C] item model ids, the catalogue
-        with np.load(verified_artifact(vdir, p["manifest"], p["vocab_artifact"])) as z:
+        self.export_id = int(manifest_field(vdir, p["manifest"], "export_id"))
+        lo, hi = manifest_field(vdir, p["manifest"], "ids")["item_id_range"]
+        self.lo, self.n_items = lo, hi - lo
+
+        def load(key):
+            return np.load(verified_artifact(vdir, p["manifest"], p[key]))
+
+        with load("vocab_artifact") as z:
             self.user_raw, self.user_code = z["user_raw"], z["user_code"]  # sorted raw, codes
+            self.item_raw, self.item_code = z["item_raw"], z["item_code"]
             self.raw_item_of = np.full(hi, -1, dtype=np.int64)  # [hi] item code -> raw id
             self.raw_item_of[z["item_code"]] = z["item_raw"]
-        with np.load(verified_artifact(vdir, p["manifest"], p["seen_artifact"])) as z:
+        with load("seen_artifact") as z:
             self.seen_indptr, self.seen_items = z["indptr"], z["indices"]
+        with load("popularity_artifact") as z:
+            self.pop_items, self.pop_share = z["items"], z["share"]
+        self.mode = p.get("candidates", "exact")
+        if self.mode not in ("exact", "ann"):
+            raise pb_utils.TritonModelException(f"candidates={self.mode!r}: use exact or ann")
+        if self.mode == "ann":
+            with load("gmf_artifact") as z:
+                self._build_index(z["users"], z["items"], p)
 
-    def _user_code(self, raw_user):
-        pos = min(int(np.searchsorted(self.user_raw, raw_user)), len(self.user_raw) - 1)
-        return int(self.user_code[pos]) if self.user_raw[pos] == raw_user else None
+    def _build_index(self, users, items, p):
+        """The faiss inner-product index over the catalogue's GMF item vectors."""
+        import faiss  # only the two-stage path needs it (faiss-cpu, pinned in pyproject.toml)
 
-    def _scores(self, user):
-        """Scores [C] of every catalogue item for model id ``user`` (one BLS request)."""
-        request = pb_utils.InferenceRequest(
+        self.gmf_users = np.ascontiguousarray(users, dtype=np.float32)
+        self.index = faiss.index_factory(items.shape[1], p["ann_index"], faiss.METRIC_INNER_PRODUCT)
+        self.index.train(np.ascontiguousarray(items, dtype=np.float32))
+        self.index.add(np.ascontiguousarray(items, dtype=np.float32))
+        self.ef_search = int(p["ann_ef_search"])
+        self.ann_candidates = int(p["ann_candidates"])
+
+    # -- one request -> rows --------------------------------------------------------------------
+
+    def _codes(self, raw, table_raw, table_code):
+        """(codes, found) of raw ids in a sorted vocabulary."""
+        pos = np.minimum(np.searchsorted(table_raw, raw), len(table_raw) - 1)
+        found = table_raw[pos] == raw
+        return np.where(found, table_code[pos], -1), found
+
+    def _parse(self, request):
+        """The rows of one request as a dict, or an error message."""
+        raw = pb_utils.get_input_tensor_by_name(request, self.user_in).as_numpy()[:, 0]
+        k = pb_utils.get_input_tensor_by_name(request, self.k_in).as_numpy()[:, 0]
+        bad = k[(k < 1) | (k > self.n_items)]
+        if bad.size:
+            return f"{self.k_in}={int(bad[0])}: must be in [1, {self.n_items}] (the catalogue size)"
+        users, known = self._codes(raw, self.user_raw, self.user_code)
+        exclude = pb_utils.get_input_tensor_by_name(request, self.exclude_in)
+        exclude = np.zeros((len(raw), 0), np.int64) if exclude is None else exclude.as_numpy()
+        rated = pb_utils.get_input_tensor_by_name(request, self.rated_in)
+        rated = np.zeros(len(raw), bool) if rated is None else rated.as_numpy()[:, 0]
+        blocked = []  # per row: catalogue positions (item id - lo) never to recommend
+        for r in range(len(raw)):
+            codes, found = self._codes(exclude[r], self.item_raw, self.item_code)
+            parts = [codes[found]]
+            if known[r] and not rated[r]:
+                u = users[r]
+                parts.append(self.seen_items[self.seen_indptr[u] : self.seen_indptr[u + 1]])
+            rows = np.concatenate(parts) - self.lo
+            blocked.append(np.unique(rows[(rows >= 0) & (rows < self.n_items)]))
+        return {"users": users, "known": known, "k": k, "blocked": blocked}
+
+    # -- scoring ------------------------------------------------------------------------------
+
+    def _bls(self, users, items=None):
+        """Scorer outputs for user ids ``[U]`` (and item ids ``[U, N]``), checked to come from
+        this model's export."""
+        inputs = [pb_utils.Tensor(self.scorer_user, users.reshape(-1, 1).astype(np.int64))]
+        if items is not None:
+            inputs.append(pb_utils.Tensor(self.scorer_items, items.astype(np.int64)))
+        response = pb_utils.InferenceRequest(
             model_name=self.scorer,
-            requested_output_names=[self.scorer_out],
-            inputs=[pb_utils.Tensor(self.scorer_user, np.array([[user]], dtype=np.int64))],
+            model_version=self.version,  # the scorer of the same export, never a newer one
+            requested_output_names=[self.scorer_out, self.scorer_id_out],
+            inputs=inputs,
             # a GPU scorer (neumf_catalogue_libtorch) would otherwise answer in GPU memory
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
-        )
-        response = request.exec()
+        ).exec()
         if response.has_error():
             raise RuntimeError(f"scorer model {self.scorer!r}: {response.error().message()}")
         scores = pb_utils.get_output_tensor_by_name(response, self.scorer_out).as_numpy()
-        if scores.shape != (1, len(self.candidates)):
+        ids = pb_utils.get_output_tensor_by_name(response, self.scorer_id_out).as_numpy()
+        if np.any(ids != self.export_id):
             raise RuntimeError(
-                f"scorer model {self.scorer!r} returned {scores.shape} scores for a catalogue of "
-                f"{len(self.candidates)} items: re-run `ncf export` so both come from one export"
+                f"scorer model {self.scorer!r} v{self.version} answered from export "
+                f"{int(ids.flat[0])}, this model is export {self.export_id}: re-run `ncf export`"
             )
-        return scores[0]
+        width = self.n_items if items is None else items.shape[1]
+        if scores.shape != (len(users), width):
+            raise RuntimeError(
+                f"scorer model {self.scorer!r} returned {scores.shape} scores, want "
+                f"({len(users)}, {width}): re-run `ncf export` so both come from one export"
+            )
+        return scores
 
-    def _recommend(self, raw_user, k):
-        """(raw item ids [1, n], scores [1, n]) with n = min(k, unrated items), or an error string."""
-        if k <= 0 or k > len(self.candidates):
-            return f"{self.k_in}={k}: must be in [1, {len(self.candidates)}] (the catalogue size)"
-        user = self._user_code(raw_user)
-        if user is None:
-            return (
-                f"{self.raw_user_in}={raw_user} is not in the vocabulary (no ratings in the "
-                "training data): recommendations need a known user"
-            )
-        scores = self._scores(user)  # [C]
-        keep = np.ones(len(self.candidates), dtype=bool)
-        seen = self.seen_items[self.seen_indptr[user] : self.seen_indptr[user + 1]]
-        seen = seen[(seen >= self.candidates[0]) & (seen <= self.candidates[-1])]
-        keep[seen - self.candidates[0]] = False
-        items, scores = self.candidates[keep], scores[keep]
-        if k < len(scores):  # sort only the items that can make the top k (ties at the k-th kept)
-            top = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
-            items, scores = items[top], scores[top]
-        best = np.lexsort((items, -scores))[:k]  # score descending, then item id ascending
-        return self.raw_item_of[items[best]][None, :], scores[best][None, :].astype(np.float32)
+    def _candidates(self, users, blocked, k):
+        """(catalogue positions [U, N], scores [U, N]) of every known user's candidates."""
+        if self.mode == "exact":
+            positions = np.broadcast_to(np.arange(self.n_items), (len(users), self.n_items))
+            return positions, self._bls(users)
+        # enough neighbours that max(k, ann_candidates) remain after the blocked ones are dropped
+        wanted = max(k, self.ann_candidates) + max((len(b) for b in blocked), default=0)
+        n = min(self.n_items, wanted)
+        if hasattr(self.index, "hnsw"):  # HNSW returns at most efSearch neighbours
+            self.index.hnsw.efSearch = max(self.ef_search, n)
+        _, positions = self.index.search(self.gmf_users[users], n)  # -1 where fewer found
+        scores = self._bls(users, np.where(positions >= 0, positions, 0) + self.lo)
+        return positions, np.where(positions >= 0, scores, -np.inf)
+
+    def _row(self, positions, scores, blocked, k):
+        """(raw item ids, scores) of one row's k best allowed candidates."""
+        allowed = np.ones(self.n_items + 1, dtype=bool)  # [n_items]: position -1 (scored -inf)
+        allowed[blocked] = False
+        keep = np.isfinite(scores) & allowed[positions]
+        items, best = top_k(positions[keep] + self.lo, scores[keep], k)
+        return self.raw_item_of[items], best
+
+    def _popular(self, blocked, k):
+        """(raw item ids, scores) of the k most popular allowed items (users outside the vocab)."""
+        keep = ~np.isin(self.pop_items - self.lo, blocked)
+        return self.raw_item_of[self.pop_items[keep][:k]], self.pop_share[keep][:k]
+
+    # -- execute --------------------------------------------------------------------------------
+
+    def _respond(self, rows, positions, scores, start):
+        """The response of one parsed request whose known users' candidates begin at ``start``."""
+        n, width = len(rows["k"]), int(rows["k"].max())
+        movie_ids = np.full((n, width), -1, dtype=np.int64)
+        out_scores = np.full((n, width), np.nan, dtype=np.float32)
+        for r in range(n):
+            k, blocked = int(rows["k"][r]), rows["blocked"][r]
+            if rows["known"][r]:
+                items, best = self._row(positions[start], scores[start], blocked, k)
+                start += 1
+            else:
+                items, best = self._popular(blocked, k)
+            movie_ids[r, : len(items)], out_scores[r, : len(items)] = items, best
+        outputs = [
+            pb_utils.Tensor(self.items_out, movie_ids),
+            pb_utils.Tensor(self.scores_out, out_scores),
+            pb_utils.Tensor(self.known_out, rows["known"].reshape(-1, 1)),
+            pb_utils.Tensor(self.id_out, np.full((n, 1), self.export_id, dtype=np.int64)),
+        ]
+        return pb_utils.InferenceResponse(output_tensors=outputs), start
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            raw_user = int(
-                pb_utils.get_input_tensor_by_name(request, self.raw_user_in).as_numpy()[0, 0]
-            )
-            k = int(pb_utils.get_input_tensor_by_name(request, self.k_in).as_numpy()[0, 0])
-            try:
-                result = self._recommend(raw_user, k)
-            except RuntimeError as exc:
-                result = str(exc)
-            if isinstance(result, str):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result)))
-                continue
-            outputs = [
-                pb_utils.Tensor(self.items_out, result[0]),
-                pb_utils.Tensor(self.scores_out, result[1]),
+        parsed = [self._parse(r) for r in requests]  # a str: that request's error
+        valid = [rows for rows in parsed if not isinstance(rows, str)]
+        users = [rows["users"][rows["known"]] for rows in valid]
+        blocked = [
+            b for rows in valid for b, kn in zip(rows["blocked"], rows["known"], strict=True) if kn
+        ]
+        users = np.concatenate(users) if users else np.zeros(0, np.int64)
+        try:
+            k = max((int(rows["k"].max()) for rows in valid), default=1)
+            scored = self._candidates(users, blocked, k) if users.size else (None, None)
+        except RuntimeError as exc:  # the scorer failed: every request of this batch fails
+            return [
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))) for _ in parsed
             ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        responses, start = [], 0
+        for rows in parsed:
+            if isinstance(rows, str):
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(rows)))
+                continue
+            response, start = self._respond(rows, *scored, start)
+            responses.append(response)
         return responses

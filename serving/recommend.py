@@ -1,0 +1,159 @@
+"""``ncf recommend``: one user's top-k from the running server's ``recommend`` model, as a table.
+
+The call it makes (tritonclient over HTTP; the README shows it)::
+
+    inputs = [http.InferInput("userId", [1, 1], "INT64"), http.InferInput("k", [1, 1], "INT64")]
+    inputs[0].set_data_from_numpy(np.array([[user]], dtype=np.int64))
+    inputs[1].set_data_from_numpy(np.array([[k]], dtype=np.int64))
+    result = http.InferenceServerClient(url).infer("recommend", inputs)
+
+Titles come from ``movies.csv`` beside the ratings the ETL read (its ``metadata.json`` records the
+input path; the ETL directory is found from ``--data`` or from the export manifest in ``--repo``),
+or from ``--movies``. A user outside the training vocabulary gets the popularity ranking, marked
+as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ncf import names
+from serving.repository import latest_version
+
+MOVIES_FILE = "movies.csv"  # MovieLens: movieId,title,genres
+
+
+def request(
+    url: str,
+    users: np.ndarray,
+    k: np.ndarray,
+    exclude: np.ndarray | None = None,
+    include_rated: np.ndarray | None = None,
+    timeout: float = 60.0,
+) -> dict[str, np.ndarray]:
+    """One ``recommend`` request: raw ``users [B, 1]``, ``k [B, 1]`` (int64), optional
+    ``exclude [B, E]`` (raw movieIds, -1 = padding) and ``include_rated [B, 1]`` (bool).
+
+    Returns ``movie_ids``, ``scores`` (``[B, max k]``, -1 / NaN padded), ``known`` and
+    ``export_id`` (``[B, 1]``) by output name.
+    """
+    import tritonclient.http as http
+
+    arrays = {names.INPUT_RAW_USER: users, names.INPUT_K: k}
+    if exclude is not None:
+        arrays[names.INPUT_EXCLUDE] = exclude
+    if include_rated is not None:
+        arrays[names.INPUT_INCLUDE_RATED] = include_rated
+    inputs = []
+    for name, array in arrays.items():
+        dtype = "BOOL" if array.dtype == np.bool_ else "INT64"
+        inputs.append(http.InferInput(name, list(array.shape), dtype))
+        inputs[-1].set_data_from_numpy(array)
+    client = http.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    try:
+        result = client.infer(names.MODEL_RECOMMEND, inputs)
+    finally:
+        client.close()  # an open keep-alive connection would delay the server's shutdown
+    outputs = (names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES, names.OUTPUT_KNOWN)
+    return {o: result.as_numpy(o) for o in (*outputs, names.OUTPUT_EXPORT_ID)}
+
+
+def movies_path(movies: str | None, data: str | None, repo: str | None) -> tuple[Path | None, str]:
+    """Where the titles come from: ``--movies``, else ``movies.csv`` beside the ETL's input
+    (ETL from ``--data`` or the export manifest of ``--repo``); (None, why) when not found."""
+    if movies:
+        return Path(movies), "--movies"
+    etl = Path(data) if data else None
+    if etl is None and repo:
+        model_dir = Path(repo) / names.MODEL_RECOMMEND
+        version = latest_version(model_dir)
+        if version is None:
+            return None, f"no exported {names.MODEL_RECOMMEND} in {repo}"
+        manifest = json.loads((model_dir / str(version) / names.MANIFEST_FILE).read_text())
+        etl = Path(manifest["source"]["etl_dir"])
+    meta_path = etl / names.METADATA_FILE if etl else None
+    if meta_path is None or not meta_path.is_file():
+        return None, f"no ETL metadata at {meta_path}"
+    ratings = (json.loads(meta_path.read_text()).get("input") or {}).get("path")
+    if not ratings:
+        return None, f"{meta_path} records no input path"
+    path = Path(ratings).with_name(MOVIES_FILE)
+    return (path, str(meta_path)) if path.is_file() else (None, f"no {path}")
+
+
+def movie_titles(path: Path) -> dict[int, str]:
+    """movieId -> title from a MovieLens ``movies.csv``."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if not {names.RAW_ITEM, "title"} <= set(reader.fieldnames or ()):
+            raise ValueError(
+                f"{path}: need columns {names.RAW_ITEM},title (a MovieLens movies.csv)"
+            )
+        return {int(row[names.RAW_ITEM]): row["title"] for row in reader}
+
+
+def format_table(user: int, out: dict[str, np.ndarray], titles: dict[int, str]) -> str:
+    """The first row's recommendations as an aligned text table."""
+    known = bool(out[names.OUTPUT_KNOWN][0, 0])
+    how = "NeuMF, rated movies left out" if known else "not in the training data: most popular"
+    lines = [f"user {user} ({how}; export {int(out[names.OUTPUT_EXPORT_ID][0, 0])})"]
+    rows = [("rank", "movieId", "score", "title")]
+    for rank, (item, score) in enumerate(
+        zip(out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0], strict=True), 1
+    ):
+        if item < 0:  # padding: fewer unrated movies than k
+            break
+        rows.append((str(rank), str(int(item)), f"{score:.4f}", titles.get(int(item), "?")))
+    widths = [max(len(r[c]) for r in rows) for c in range(3)]
+    for r in rows:
+        lines.append(
+            "  ".join(v.rjust(w) for v, w in zip(r[:3], widths, strict=True)) + "  " + r[3]
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ncf recommend``."""
+    parser.add_argument("--user", type=int, required=True, help="raw MovieLens userId")
+    parser.add_argument("--k", type=int, default=10, help="number of movies (default 10)")
+    parser.add_argument("--url", default="127.0.0.1:8000", help="tritonserver HTTP host:port")
+    parser.add_argument(
+        "--exclude", type=int, nargs="+", default=None, help="movieIds never to recommend"
+    )
+    parser.add_argument(
+        "--include-rated", action="store_true", help="allow movies the user already rated"
+    )
+    parser.add_argument("--movies", default=None, help="movies.csv with the titles")
+    parser.add_argument("--data", default=None, help="ETL directory (finds movies.csv)")
+    parser.add_argument(
+        "--repo", default="triton_repo", help="exported repository (finds the ETL directory)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``ncf recommend``: print the table; exit 1 if the server refuses the request."""
+    from tritonclient.utils import InferenceServerException
+
+    if args.k < 1:
+        raise ValueError(f"--k {args.k}: must be >= 1")
+    exclude = None if args.exclude is None else np.array([args.exclude], dtype=np.int64)
+    rated = np.array([[True]]) if args.include_rated else None
+    user = np.array([[args.user]], dtype=np.int64)
+    try:
+        out = request(args.url, user, np.array([[args.k]], dtype=np.int64), exclude, rated)
+    except InferenceServerException as exc:
+        print(f"ncf recommend: the server refused: {exc.message()}", file=sys.stderr)
+        return 1
+    except ConnectionError as exc:
+        raise ValueError(f"no tritonserver at {args.url} ({exc}): start `ncf serve`") from exc
+    path, source = movies_path(args.movies, args.data, args.repo)
+    if path is None:
+        print(f"ncf recommend: no titles ({source}); pass --movies", file=sys.stderr)
+    print(format_table(args.user, out, movie_titles(path) if path else {}))
+    return 0

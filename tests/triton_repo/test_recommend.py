@@ -1,0 +1,210 @@
+"""`recommend` as a product uses it: cold start, exclusions, rated items on request, errors per
+request inside one batch, and the two-stage (ANN) path, on the real tritonserver."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from models.data import read_pairs
+from ncf import names
+from ncf.cli import main
+from serving.recommend import movie_titles, movies_path
+from tests.triton_repo import etl_fixture
+from tests.triton_repo.clients import infer
+from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
+
+pytestmark = pytest.mark.triton
+
+OUTPUTS = [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES, names.OUTPUT_KNOWN]
+
+
+def _ask(client, users, ks, **extra):
+    inputs = {
+        names.INPUT_RAW_USER: np.asarray(users, dtype=np.int64).reshape(-1, 1),
+        names.INPUT_K: np.asarray(ks, dtype=np.int64).reshape(-1, 1),
+        **extra,
+    }
+    return infer(client, names.MODEL_RECOMMEND, inputs, OUTPUTS)
+
+
+def _popularity(etl_dir, workflow) -> np.ndarray:
+    """Raw movieIds by number of training users, most first (ties: lower model id first)."""
+    _, items = read_pairs(etl_dir / names.TRAIN_DIR)
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    raw = np.sort(ratings[names.RAW_ITEM].unique())
+    _, codes = etl_fixture.transform(workflow, np.resize(ratings[names.RAW_USER], raw.size), raw)
+    counts = np.bincount(items, minlength=codes.max() + 1)[codes]
+    return raw[np.lexsort((codes, -counts))]
+
+
+def test_unknown_users_get_the_popularity_ranking_beside_known_users(
+    client, etl_dir, workflow, eager
+):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    known_user = int(ratings[names.RAW_USER].iloc[0])
+    unknown = int(ratings[names.RAW_USER].max()) + 7
+    popular = _popularity(etl_dir, workflow)
+    exclude = np.array([[popular[1], -1], [popular[0], 10**9], [-1, -1]], dtype=np.int64)
+    out = _ask(client, [unknown, unknown, known_user], [5, 3, 4], **{names.INPUT_EXCLUDE: exclude})
+    assert out[names.OUTPUT_KNOWN][:, 0].tolist() == [False, False, True]
+    items, scores = out[names.OUTPUT_RAW_ITEMS], out[names.OUTPUT_SCORES]
+    np.testing.assert_array_equal(items[0], np.delete(popular, 1)[:5])  # -1 is padding
+    np.testing.assert_array_equal(items[1, :3], np.delete(popular, 0)[:3])  # unknown id ignored
+    assert np.all(np.diff(scores[0]) <= 0) and 0 < scores[0, 0] <= 1
+    want = _brute_force_top_k(etl_dir, workflow, eager, known_user, 4)
+    check_row(items[2, :4], scores[2, :4], *want, known_user, workflow, eager)
+
+
+def test_exclude_and_include_rated_for_a_known_user(client, etl_dir, workflow, eager):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    first = _brute_force_top_k(etl_dir, workflow, eager, user, 3)[0]
+    exclude = np.array([[first[0], first[2]]], dtype=np.int64)
+    out = _ask(client, [user], [3], **{names.INPUT_EXCLUDE: exclude})
+    want = _brute_force_top_k(etl_dir, workflow, eager, user, 3, exclude=first[[0, 2]])
+    check_row(
+        out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0], *want, user, workflow, eager
+    )
+    flag = {names.INPUT_INCLUDE_RATED: np.array([[True]])}
+    out = _ask(client, [user], [300], **flag)  # deep enough to reach some of the rated items
+    want = _brute_force_top_k(etl_dir, workflow, eager, user, 300, include_rated=True)
+    check_row(
+        out[names.OUTPUT_RAW_ITEMS][0], out[names.OUTPUT_SCORES][0], *want, user, workflow, eager
+    )
+    rated = set(ratings.loc[ratings[names.RAW_USER] == user, names.RAW_ITEM])
+    assert rated & set(out[names.OUTPUT_RAW_ITEMS][0].tolist())  # the test can tell
+
+
+@contextmanager
+def reloaded(server, model: str, **changes):
+    """``model`` reloaded with a changed config (``parameters`` merged), the committed config
+    reloaded afterwards."""
+    import tritonclient.grpc as grpc
+
+    with grpc.InferenceServerClient(server.grpc_url) as conn:
+        config = conn.get_model_config(model, as_json=True)["config"]
+        for key, value in changes.pop("parameters", {}).items():
+            config["parameters"][key] = {"string_value": str(value)}
+        config.update(changes)
+        conn.load_model(model, config=json.dumps(config))
+        try:
+            yield
+        finally:
+            conn.load_model(model)
+
+
+def _store(results: dict, key: int):
+    return lambda result, error: results.__setitem__(key, (result, error))
+
+
+def test_a_bad_request_in_a_batch_fails_alone(server):
+    """Requests batched into one execute(): the bad ones get their own errors, the others their
+    recommendations (the queue delay makes the batch whatever the machine's load)."""
+    import tritonclient.grpc as grpc
+
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    ks = [5, 0, 3, 10**6, 2, 5]
+    results = {}
+    delay = {"dynamic_batching": {"max_queue_delay_microseconds": 500_000}}
+    with reloaded(server, names.MODEL_RECOMMEND, **delay):
+        with grpc.InferenceServerClient(server.grpc_url) as conn:
+            for key, k in enumerate(ks):
+                tensors = []
+                for name, value in ((names.INPUT_RAW_USER, user), (names.INPUT_K, k)):
+                    tensors.append(grpc.InferInput(name, [1, 1], "INT64"))
+                    tensors[-1].set_data_from_numpy(np.array([[value]], dtype=np.int64))
+                conn.async_infer(names.MODEL_RECOMMEND, tensors, _store(results, key))
+            deadline = time.monotonic() + 60
+            while len(results) < len(ks) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = conn.get_inference_statistics(names.MODEL_RECOMMEND, as_json=True)
+    assert len(results) == len(ks)
+    batches = stats["model_stats"][0]["batch_stats"]
+    assert any(int(b["batch_size"]) > 1 for b in batches), "nothing was batched"
+    for key, k in enumerate(ks):
+        result, error = results[key]
+        if k in (0, 10**6):
+            assert result is None and f"k={k}: must be in [1, " in str(error)
+        else:
+            assert error is None and result.as_numpy(names.OUTPUT_RAW_ITEMS).shape == (1, k)
+
+
+def test_bad_k_in_one_row_fails_the_request_with_its_value(client):
+    with pytest.raises(InferenceServerException, match=r"k=0: must be in \[1, \d+\]"):
+        _ask(client, [1, 1], [3, 0])
+
+
+@pytest.mark.parametrize(("index", "n"), [("Flat", 0), ("HNSW32", 50), ("HNSW32", 400)])
+def test_two_stage_path_reranks_candidates_with_the_network(
+    server, client, etl_dir, workflow, eager, index, n
+):
+    """candidates ann: every answer is a ranked set of unrated items with their own NeuMF
+    scores; with an exact index over every item it equals the exact path. efSearch 64 is below
+    the neighbours wanted (n plus the user's rated items): recommend raises it for the search."""
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    users = [int(u) for u in ratings[names.RAW_USER].unique()[:3]]
+    n = n or ratings[names.RAW_ITEM].nunique()
+    params = {"candidates": "ann", "ann_index": index, "ann_candidates": n, "ann_ef_search": 64}
+    with reloaded(server, names.MODEL_RECOMMEND, parameters=params):
+        out = _ask(client, users, [10, 10, 10])
+    for row, user in enumerate(users):
+        items, scores = out[names.OUTPUT_RAW_ITEMS][row], out[names.OUTPUT_SCORES][row]
+        if index == "Flat":
+            want = _brute_force_top_k(etl_dir, workflow, eager, user, 10)
+            check_row(items, scores, *want, user, workflow, eager)
+            continue
+        rated = set(ratings.loc[ratings[names.RAW_USER] == user, names.RAW_ITEM])
+        assert not rated & set(items.tolist()) and len(set(items.tolist())) == 10
+        codes = etl_fixture.transform(workflow, np.full(10, user), items)
+        own = _eager_scores(eager, codes[0].reshape(-1, 1), codes[1].reshape(-1, 1))[:, 0]
+        np.testing.assert_allclose(scores, own, rtol=0, atol=1e-6)
+        assert np.all(np.diff(scores) <= 0)
+
+
+def test_ncf_recommend_prints_titles_for_known_and_unknown_users(server, repo, etl_dir, capsys):
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    user = int(ratings[names.RAW_USER].iloc[0])
+    movies = etl_fixture.RATINGS.with_name("movies.csv")
+    base = ["recommend", "--url", server.http_url, "--repo", str(repo), "--movies", str(movies)]
+    assert main([*base, "--user", str(user), "--k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"user {user} (NeuMF") and len(lines) == 2 + 3
+    served = _ask_http(server, user, 3)
+    titles = pd.read_csv(movies).set_index(names.RAW_ITEM)["title"]
+    for line, item in zip(lines[2:], served, strict=True):
+        assert line.split()[1] == str(item) and line.endswith(titles[item])
+    unknown = int(ratings[names.RAW_USER].max()) + 1
+    assert main([*base, "--user", str(unknown), "--exclude", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "not in the training data: most popular" in out and len(out.splitlines()) == 12
+    assert main([*base, "--user", str(user), "--k", "100000000"]) == 1
+    assert "k=100000000: must be in" in capsys.readouterr().err
+
+
+def _ask_http(server, user: int, k: int) -> list[int]:
+    import tritonclient.http as http
+
+    with http.InferenceServerClient(server.http_url) as conn:
+        return _ask((http, conn), [user], [k])[names.OUTPUT_RAW_ITEMS][0].tolist()
+
+
+def test_titles_come_from_movies_csv_beside_the_etl_input(tmp_path):
+    (tmp_path / "ml").mkdir()
+    (tmp_path / "ml" / "movies.csv").write_text("movieId,title,genres\n7,Seven (1995),Crime\n")
+    meta = {"input": {"path": str(tmp_path / "ml" / "ratings.csv")}}
+    (tmp_path / "etl").mkdir()
+    (tmp_path / "etl" / names.METADATA_FILE).write_text(json.dumps(meta))
+    path, _ = movies_path(None, str(tmp_path / "etl"), None)
+    assert path == tmp_path / "ml" / "movies.csv" and movie_titles(path) == {7: "Seven (1995)"}
+    assert movies_path(None, str(tmp_path / "missing"), None)[0] is None
+    (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
+    with pytest.raises(ValueError, match="need columns movieId,title"):
+        movie_titles(tmp_path / "bad.csv")
