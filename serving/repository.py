@@ -158,6 +158,9 @@ def write_repository(
     helper = template / names.PYTHON_MODEL_HELPER
     helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
     atomic.clean_stale(repo / "export")  # the .tmp-export-* staging folder of a killed export
+    for model in MODEL_ARTIFACTS:  # and the half-built version folders it left
+        for old in range(1, version + 1):
+            atomic.clean_stale(repo / model / str(old))
     staging = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=repo))
     try:
         files = {}

@@ -16,14 +16,11 @@ import pytest
 
 from ncf import faults, names
 from serving import export
-from serving.repository import MODEL_ARTIFACTS, VERSION
+from serving.repository import MODEL_ARTIFACTS, versions
 from tests.triton_repo import etl_fixture
 
 pytestmark = pytest.mark.slow
 
-# Commits (ncf.atomic renames) of one export: the 5 distinct artifacts staged, then per model in
-# MODEL_ARTIFACTS order its manifest.json inside the temporary folder and the folder itself.
-STAGED_ARTIFACTS = 5
 FAST = [
     "--onnx-exporter",
     "legacy",
@@ -59,25 +56,29 @@ def _export(etl_dir: Path, repo: Path, ckpt: Path, fault: str | None) -> int:
 
 
 def _version_sources(repo: Path) -> list[str]:
-    """The checkpoint sha256 of each model's version folder, after checking its artifacts."""
+    """The checkpoint sha256 of each model's newest version folder, after checking that every
+    version folder on disk holds exactly its manifest's files."""
     sources = []
     for model in MODEL_ARTIFACTS:
-        vdir = repo / model / VERSION
-        manifest = json.loads((vdir / names.MANIFEST_FILE).read_text())
-        for name, entry in manifest["artifacts"].items():
-            assert _sha(vdir / name) == entry["sha256"], f"{vdir / name}: not its manifest's file"
-        sources.append(manifest["source"]["checkpoint_sha256"])
+        found = versions(repo / model)
+        for version in found:
+            vdir = repo / model / str(version)
+            manifest = json.loads((vdir / names.MANIFEST_FILE).read_text())
+            for name, entry in manifest["artifacts"].items():
+                assert _sha(vdir / name) == entry["sha256"], f"{vdir / name}: not its manifest's"
+        newest = json.loads((repo / model / str(found[-1]) / names.MANIFEST_FILE).read_text())
+        sources.append(newest["source"]["checkpoint_sha256"])
     return sources
 
 
-def test_killed_export_leaves_whole_version_folders_and_a_rerun_replaces_them(previous, tmp_path):
+@pytest.mark.parametrize("commit", [2, 9, 17])
+def test_killed_export_leaves_whole_version_folders_and_a_rerun_replaces_them(
+    previous, tmp_path, commit
+):
     etl_dir, previous_repo, old, new = previous
     repo = shutil.copytree(previous_repo, tmp_path / "repo")
-    swapped = 3  # killed just before the 4th model's folder moves in
-    fault = f"{faults.ATOMIC_COMMIT}:{STAGED_ARTIFACTS + 2 * swapped + 2}"
-    assert _export(etl_dir, repo, new, fault) == -signal.SIGKILL
-    n_old = len(MODEL_ARTIFACTS) - swapped
-    assert _version_sources(repo) == [_sha(new)] * swapped + [_sha(old)] * n_old
+    assert _export(etl_dir, repo, new, f"{faults.ATOMIC_COMMIT}:{commit}") == -signal.SIGKILL
+    assert set(_version_sources(repo)) <= {_sha(old), _sha(new)}  # each folder whole, old or new
     assert _export(etl_dir, repo, new, None) == 0
     assert _version_sources(repo) == [_sha(new)] * len(MODEL_ARTIFACTS)
     assert not [p for p in repo.rglob(".tmp-*")], "temporary files of the killed export remain"
