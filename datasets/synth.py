@@ -44,6 +44,7 @@ import numpy as np
 
 from ncf import names
 from ncf.atomic import clean_stale
+from ncf.options import call_with_args
 
 # ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
 ML20M_USERS = 138_493
@@ -607,13 +608,7 @@ def run(args: argparse.Namespace) -> int:
     path = output_path(args.out)
     if path.exists() and not args.force:
         raise FileExistsError(f"{path} already exists; pass --force to replace it")
-    cfg = SynthConfig(
-        scale=args.scale,
-        seed=args.seed,
-        genres=args.genres,
-        affinity=args.affinity,
-        drift=args.drift,
-    )
+    cfg = call_with_args(SynthConfig, args)
     t0 = time.perf_counter()
     columns = generate(cfg)
     t1 = time.perf_counter()

@@ -37,6 +37,7 @@ from models.data import read_metadata
 from models.neumf import NeuMF
 from ncf import names
 from ncf.digest import sha256_file
+from ncf.options import call_with_args
 from serving import repository, tables
 from serving.catalogue import CatalogueNeuMF, to_precision
 from serving.served import ServingNeuMF
@@ -427,19 +428,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--check-samples={args.check_samples}, --tolerance={args.tolerance}: need >= 1 and >= 0"
         )
-    manifest = export_repository(
-        args.checkpoint,
-        args.data,
-        args.repo,
-        tolerance=args.tolerance,
-        check_samples=args.check_samples,
-        seed=args.seed,
-        template=args.template,
-        ignore_data_hash=args.ignore_data_hash,
-        onnx_exporter=args.onnx_exporter,
-        server_url=args.server_url,
-        keep_versions=args.keep_versions,
-    )
+    manifest = call_with_args(export_repository, args)
     summary = {
         "repo": str(Path(args.repo).resolve()),
         "models": list(repository.MODEL_ARTIFACTS),

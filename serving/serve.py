@@ -16,6 +16,7 @@ import threading
 from types import FrameType
 
 from ncf import names
+from ncf.options import call_with_args
 from serving.server import LOOPBACK, TritonServer
 
 
@@ -76,16 +77,7 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    server = TritonServer(
-        args.repo,
-        models=args.models,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        log_path=args.log_file,
-        model_config_name=args.model_config_name,
-    )
+    server = call_with_args(TritonServer, args, log_path=args.log_file)
     try:
         if args.host != LOOPBACK:
             print(f"ncf serve: warning: binding {args.host}, not loopback", file=sys.stderr)

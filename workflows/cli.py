@@ -95,21 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ETL with parsed ``args``; return the exit code."""
+    from ncf.options import call_with_args
     from workflows.etl import EtlOptions, run_etl
 
-    opts = EtlOptions(
-        input=args.input,
-        out=args.out,
-        negatives=args.negatives,
-        min_ratings=args.min_ratings,
-        workers=args.workers,
-        seed=args.seed,
-        engine=args.engine,
-        force=args.force,
-        scheduler=resolve_scheduler(args),
-        holdout=args.holdout,
-        ties=args.ties,
-    )
+    opts = call_with_args(EtlOptions, args, scheduler=resolve_scheduler(args))
     run_etl(opts)
     return 0
 
