@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from typing import Any
 
-from ncf.atomic import write_bytes
+from ncf.atomic import write_figure
 
 
 def _series(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -62,7 +61,4 @@ def line_plot(
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
+    write_figure(path, fig)

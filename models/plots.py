@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from ncf.atomic import write_bytes
+from ncf.atomic import write_figure
 
 
 def learning_curve(
@@ -56,7 +55,4 @@ def learning_curve(
     ax_loss.grid(alpha=0.3)
     fig.suptitle(title or "NeuMF learning curve")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
+    write_figure(path, fig)

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
-import io
 import os
 import signal
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from models.evaluate import evaluate_model
 from models.runtime import configure, default_threads
 from models.trainer import RunOptions, Trainer
 from ncf import names
-from ncf.atomic import write_bytes
+from ncf.atomic import write_figure
 
 VALID_DIR, VALID_NEGATIVES_DIR = names.VALID_DIR, names.VALID_NEGATIVES_DIR
 HOLDOUT_HINT = "tune needs `ncf etl --holdout valid,test`"
@@ -269,10 +268,7 @@ def plot_trials(study: Any, path: Path, title: str, k: int = 10) -> None:
     ax.legend(fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
+    write_figure(path, fig)
 
 
 def progress_line(study: Any, trial: Any, search: Search) -> str:

@@ -62,6 +62,18 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def write_figure(path: str | os.PathLike, fig: Any, dpi: int = 100) -> None:
+    """Render a matplotlib figure to PNG and write it atomically; the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt  # only where a figure exists, so matplotlib is installed
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    write_bytes(path, buf.getvalue())
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -15,9 +15,9 @@ from tritonclient.utils import InferenceServerException
 from models.data import read_pairs
 from ncf import names
 from ncf.cli import main
+from serving.client import infer
 from serving.recommend import movie_titles, movies_path
 from tests.triton_repo import etl_fixture
-from serving.client import infer
 from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
 
 pytestmark = pytest.mark.triton
