@@ -31,6 +31,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "inference": ("bench.inference", "eager / TorchScript / ONNX Runtime scoring, batch 1..1M"),
     "triton": ("bench.triton", "tritonserver: neumf, ncf, recommend over HTTP and gRPC"),
     "soak": ("bench.soak", "tritonserver under a bounded load of valid and invalid requests"),
+    "recommend": ("bench.recommend", "top-k over the whole catalogue: exact fp32/bf16, two-stage"),
     # a diagnostic, not part of `ncf bench all`
     "profile": ("bench.profile_step", "torch.profiler table of one training step's operators"),
 }

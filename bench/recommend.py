@@ -21,7 +21,6 @@ import argparse
 import io
 import itertools
 import os
-import shlex
 import sys
 import time
 from functools import partial
@@ -30,7 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import RESULTS_DIR, write_results
+from bench import entry
+from bench.common import RESULTS_DIR
+from bench.entry import Results
 from models.checkpoint import load_model
 from models.neumf import NeuMF, NeuMFConfig
 from ncf import names
@@ -366,10 +367,8 @@ def run(args: argparse.Namespace) -> int:
         "quality_users": args.quality_users,
         "loadavg_1m_at_end": round(os.getloadavg()[0], 2),  # > cores: timings are contended
     }
-    command = "python -m bench.recommend " + shlex.join(sys.argv[1:])
     title = f"Top-{args.k} recommendations, {hi - lo:,} items, {n_users:,} users ({source})"
-    write_results(args.name, rows, COLUMNS, command, extra, args.results_dir, title)
-    return 0
+    return Results(args.name, rows, COLUMNS, title, args.results_dir, extra)
 
 
 def _cpu_flag(flag: str) -> bool:
@@ -380,15 +379,5 @@ def _cpu_flag(flag: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.recommend", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"bench.recommend: error: {exc}", file=sys.stderr)
-        return 2
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.main(sys.modules[__name__]))

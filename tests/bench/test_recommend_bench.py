@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bench import recommend
+from bench import entry, recommend
 from models.checkpoint import load_model
 from ncf import names
 
@@ -14,7 +14,7 @@ def test_rows_and_agreement(tmp_path):
     args = ["--users", "40", "--items", "60", "--batch-sizes", "1", "3", "--requests", "3"]
     args += ["--user-budget", "6", "--quality-users", "8", "--ann-candidates", "10", "60"]
     args += ["--ann-index", "HNSW32", "Flat", "--threads", "1", "--results-dir", str(tmp_path)]
-    assert recommend.main(args) == 0
+    assert entry.main(recommend, args) == 0
     payload = json.loads((tmp_path / "recommend.json").read_text())
     rows = payload["rows"]
     paths = {(r["path"], r["precision"], r["batch"]) for r in rows}
@@ -43,7 +43,7 @@ def test_random_checkpoint_fits_the_etl(tmp_path):
     }
     (etl / names.METADATA_FILE).write_text(json.dumps(meta))
     ckpt = tmp_path / "random.pt"
-    assert recommend.main(["--make-checkpoint", str(ckpt), "--data", str(etl)]) == 0
+    assert entry.main(recommend, ["--make-checkpoint", str(ckpt), "--data", str(etl)]) == 0
     model, state = load_model(ckpt)
     assert (model.cfg.num_users, model.cfg.num_items, model.cfg.mlp_layers) == (
         13,
@@ -51,4 +51,4 @@ def test_random_checkpoint_fits_the_etl(tmp_path):
         [256, 256, 128, 64],
     )
     assert state["data"]["etl_dir"] == str(etl)
-    assert recommend.main(["--make-checkpoint", str(ckpt)]) == 2  # --data is needed
+    assert entry.main(recommend, ["--make-checkpoint", str(ckpt)]) == 2  # --data is needed
