@@ -130,8 +130,9 @@ def leave_one_out(user: Any, tie_item: Any, time: Any, n_users: int) -> Any:
 def hold_out_latest(user: Any, tie: Any, time: Any, n_users: int, n_held: int) -> list[Any]:
     """Masks of each user's ``n_held`` latest rows: ``[test, valid, ...]`` (latest first).
 
-    Each mask is :func:`leave_one_out` of the rows the earlier masks left; the loop runs over the
-    held-out splits (one or two), never over users.
+    Each mask is :func:`leave_one_out` of the rows the earlier masks left: held-out rows get the
+    lowest timestamp, so they can no longer be a user's latest. The loop runs over the held-out
+    splits (one or two), never over users; the first mask is exactly :func:`leave_one_out`.
 
     Parameters
     ----------
@@ -139,7 +140,7 @@ def hold_out_latest(user: Any, tie: Any, time: Any, n_users: int, n_held: int) -
         Dense user index in ``[0, n_users)``, shape ``[n]``; every user has at least ``n_held``
         rows (the ETL's minimum-interactions filter guarantees it).
     tie, time
-        Tie-break values and timestamps, shape ``[n]`` (see :func:`leave_one_out`).
+        Tie-break values and int64 timestamps, shape ``[n]`` (see :func:`leave_one_out`).
     n_users
         Number of users.
     n_held
@@ -151,14 +152,14 @@ def hold_out_latest(user: Any, tie: Any, time: Any, n_users: int, n_held: int) -
         ``n_held`` disjoint bool masks ``[n]``, each with exactly one True per user.
     """
     xp = array_module(user, tie, time)
-    rest = xp.arange(user.size)  # rows not held out yet
-    masks = []
-    for _ in range(n_held):
-        latest = leave_one_out(user[rest], tie[rest], time[rest], n_users)
-        mask = xp.zeros(user.shape, dtype=bool)
-        mask[rest[latest]] = True
+    masks = [leave_one_out(user, tie, time, n_users)]
+    for _ in range(n_held - 1):
+        # Timestamps are non-negative (read_ratings checks), so every row left beats these.
+        time = xp.where(masks[-1], -(2**63), time)
+        mask = leave_one_out(user, tie, time, n_users)
+        if bool((mask & (time == -(2**63))).any()):
+            raise RuntimeError("hold_out_latest: a user has fewer rows than held-out splits")
         masks.append(mask)
-        rest = rest[~latest]
     return masks
 
 

@@ -189,6 +189,8 @@ def test_hold_out_latest_masks():
     assert np.flatnonzero(valid).tolist() == [2, 5]
     (only,) = hold_out_latest(user, tie, time, 2, 1)
     np.testing.assert_array_equal(only, test)
+    with pytest.raises(RuntimeError, match="fewer rows than held-out splits"):
+        hold_out_latest(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([4, 5, 6]), 2, 2)
 
 
 def test_too_few_interactions_for_valid_test(tmp_path):
