@@ -136,6 +136,7 @@ def _child(args: argparse.Namespace) -> int:
         workers=int(args.workers),
         engine=args.engine,
         force=True,
+        holdout="test",  # DLE's split, as the reference convert.py makes it
     )
     t0 = time.perf_counter()
     with PeakRSS() as total:

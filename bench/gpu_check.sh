@@ -71,7 +71,7 @@ step synth 150 300 "$PY" -m ncf.cli synth --scale 1.0 --out "$DATA/ratings.csv" 
 etl_ok=1
 if [ -f "$DATA/ratings.csv" ] || [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
     step etl 150 240 "$PY" -m ncf.cli etl --engine pandas --input "$DATA/ratings.csv" \
-        --out "$DATA/etl" --force && etl_ok=0
+        --out "$DATA/etl" --holdout test --force && etl_ok=0
 fi
 # Without an ETL directory bench.train builds its own split of the same synthetic data.
 if [ "$etl_ok" -eq 0 ]; then train_data=(--data "$DATA/etl"); else train_data=(--scale 1.0); fi

@@ -46,7 +46,7 @@ def learning_curve(
                 label=f"ItemPop {key.upper()} {base:.3f}",
             )
     ax.set_xlabel("epoch")
-    ax.set_ylabel("test metric")
+    ax.set_ylabel("evaluation metric (split in the title)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax_loss.plot(epochs, [h["loss"] for h in history], marker="o", color="tab:green")

@@ -85,11 +85,13 @@ def vocab_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray
 def seen_tables(etl_dir: str | os.PathLike, meta: dict) -> dict[str, np.ndarray]:
     """Arrays of ``seen.npz``: CSR ``indptr [num_users + 1]`` and ``indices`` (item ids, sorted).
 
-    Every known positive of a user (``train/`` and ``test/``) is "already rated".
+    Every known positive of a user (``train/``, ``valid/`` where the ETL holds one, ``test/``) is
+    "already rated".
     """
     etl_dir = Path(etl_dir)
     parts = []
-    for split in (names.TRAIN_DIR, names.TEST_DIR):
+    splits = (names.TRAIN_DIR, names.VALID_DIR, names.TEST_DIR)
+    for split in (s for s in splits if s != names.VALID_DIR or (etl_dir / s).is_dir()):
         users, items = read_pairs(etl_dir / split)
         check_range(users, 0, meta["num_users"], etl_dir / split, names.USER)
         check_range(items, 0, meta["num_items"], etl_dir / split, names.ITEM)

@@ -180,6 +180,13 @@ def test_seen_tables_are_each_users_train_and_test_items(tmp_path):
     seen = tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
     np.testing.assert_array_equal(seen["indptr"], [0, 2, 4, 4, 5])
     np.testing.assert_array_equal(seen["indices"], [1, 4, 0, 2, 3])
+    # With --holdout valid,test, the valid item is rated too: user 2's item 1 and user 0's item 2.
+    (tmp_path / names.VALID_DIR).mkdir()
+    valid = pd.DataFrame([(0, 2), (2, 1)], columns=[names.USER, names.ITEM])
+    valid.to_parquet(tmp_path / names.VALID_DIR / "part_0.parquet", index=False)
+    seen = tables.seen_tables(tmp_path, {"num_users": 4, "num_items": 5})
+    np.testing.assert_array_equal(seen["indptr"], [0, 3, 5, 6, 7])
+    np.testing.assert_array_equal(seen["indices"], [1, 2, 4, 0, 2, 1, 3])
 
 
 def test_seen_tables_reject_ids_outside_the_metadata(tmp_path):
