@@ -1,8 +1,8 @@
 """Run under torchrun by a test: which threads are left once ``process_group`` has been left.
 
 Each rank trains one DDP step and all-reduces a tensor it then drops (what ``ncf train`` does),
-leaves the group, and writes ``OUT_DIR/rank<r>.json``: the names of its threads inside the group
-and after it (Linux names each thread in ``/proc/self/task/*/comm``).
+leaves the group, and writes ``OUT_DIR/rank<r>.json``: the names of its threads before, inside the
+group and after it (Linux names each thread in ``/proc/self/task/*/comm``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ def train_step(env: DistEnv) -> list[str]:
 
 
 def main(out_dir: Path) -> None:
+    before = thread_names()
     with process_group("cpu") as env:
         inside = train_step(env)
-    report = {"rank": env.rank, "inside": inside, "after": thread_names()}
+    report = {"rank": env.rank, "before": before, "inside": inside, "after": thread_names()}
     (out_dir / f"rank{env.rank}.json").write_text(json.dumps(report))
 
 

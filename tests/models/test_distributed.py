@@ -143,8 +143,9 @@ def test_leaving_the_group_joins_its_gloo_threads(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for r in reports:
-        assert any("gloo" in name for name in r["inside"]), r  # the check below is not vacuous
-        assert not [name for name in r["after"] if "gloo" in name], r
+        # Counted, not named: torch 2.1 leaves gloo's threads unnamed ("python").
+        assert len(r["inside"]) > len(r["before"]), r  # the group ran threads: not vacuous
+        assert len(r["after"]) <= len(r["before"]), r  # and none of them outlived it
 
 
 def test_multi_node_environment_is_read_globally_and_per_node(monkeypatch):

@@ -99,6 +99,7 @@ def exact_batcher(server):
 
     with grpc.InferenceServerClient(server.grpc_url) as conn:
         config = conn.get_model_config(names.MODEL_NEUMF, as_json=True)["config"]
+        original = json.dumps(config)
         config["dynamic_batching"] = {
             "preferred_batch_size": [PER_BATCH * REQUEST_ROWS],
             "max_queue_delay_microseconds": 600_000_000,
@@ -106,8 +107,8 @@ def exact_batcher(server):
         conn.load_model(names.MODEL_NEUMF, config=json.dumps(config))
         try:
             yield
-        finally:
-            conn.load_model(names.MODEL_NEUMF)
+        finally:  # explicitly: a load without a config keeps the override in force
+            conn.load_model(names.MODEL_NEUMF, config=original)
 
 
 @pytest.mark.parametrize("bad_position", range(PER_BATCH))

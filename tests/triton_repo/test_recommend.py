@@ -90,14 +90,16 @@ def reloaded(server, model: str, **changes):
 
     with grpc.InferenceServerClient(server.grpc_url) as conn:
         config = conn.get_model_config(model, as_json=True)["config"]
+        original = json.dumps(config)
+        config = json.loads(original)
         for key, value in changes.pop("parameters", {}).items():
             config["parameters"][key] = {"string_value": str(value)}
         config.update(changes)
         conn.load_model(model, config=json.dumps(config))
         try:
             yield
-        finally:
-            conn.load_model(model)
+        finally:  # explicitly: a load without a config keeps the override in force
+            conn.load_model(model, config=original)
 
 
 def _store(results: dict, key: int):
