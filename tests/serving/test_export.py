@@ -165,7 +165,8 @@ def test_export_of_real_etl_output(real_etl_dir, tmp_path):
     assert max(manifest["checks"]["max_abs_diff"].values()) <= 1e-5
     meta, _ = read_metadata(real_etl_dir)
     with np.load(tmp_path / "repo" / names.MODEL_RECOMMEND / "1" / names.ARTIFACT_SEEN) as seen:
-        assert seen["indices"].size == meta["train_rows"] + meta["test_rows"]
+        held_out = meta["test_rows"] + meta.get("valid_rows", 0)
+        assert seen["indices"].size == meta["train_rows"] + held_out
 
 
 def test_seen_tables_are_each_users_train_and_test_items(tmp_path):
