@@ -33,6 +33,7 @@ def train_step(env: DistEnv) -> list[str]:
 
 
 def main(out_dir: Path) -> None:
+    torch.set_num_threads(1)  # no intra-op pool threads: the group's are the only new ones
     before = thread_names()
     with process_group("cpu") as env:
         inside = train_step(env)
