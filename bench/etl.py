@@ -29,7 +29,7 @@ DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
 STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
 GB = 1e9  # the reference is reported in GB
 REFERENCE = {
-    "config": "DLE convert.py (reference, REFERENCE.md)",
+    "config": "DLE convert.py (reference, docs/FACTS.md)",
     "total_s": 78.0,
     "peak_rss_gb": 4.3,
 }
