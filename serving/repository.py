@@ -279,11 +279,13 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
         before = _ready_versions(client)
         callees = _pinned_callees(client, before)
         ensembles = {m for m in before if client.get_model_config(m).get("platform") == "ensemble"}
+        # A load without a config keeps an earlier override, so the callees go back to the
+        # config they had (the repository's version policy) by passing it explicitly.
+        committed = {callee: client.get_model_config(callee) for callee in callees}
         try:
             for callee in sorted(callees):  # old and new side by side while callers switch
-                config = client.get_model_config(callee)
                 both = sorted(before[callee] | {version})
-                config["version_policy"] = {"specific": {"versions": both}}
+                config = {**committed[callee], "version_policy": {"specific": {"versions": both}}}
                 client.load_model(callee, config=json.dumps(config))
             for model in sorted(set(before) - callees - ensembles):
                 client.load_model(model)
@@ -291,7 +293,7 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
                 client.load_model(model)
             _wait_unloaded(client, set(before) - callees, version, deadline)
             for callee in sorted(callees):  # back to the committed policy: the old one goes
-                client.load_model(callee)
+                client.load_model(callee, config=json.dumps(committed[callee]))
             _wait_unloaded(client, callees, version, deadline)
         except InferenceServerException as exc:
             raise RuntimeError(f"switching {url} to version {version} failed: {exc}") from exc
