@@ -116,6 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of --preset-check"
     )
+    p.add_argument(
+        "--baseline-preset",
+        help="--preset-check: also train this preset per seed as the MF baseline (e.g. mf-small)",
+    )
 
 
 def _launch(point: TrainPoint, procs: int) -> tuple[dict, float]:
@@ -176,7 +180,14 @@ def run(args: argparse.Namespace) -> Results:
         from bench.train_preset import check_preset
 
         name = args.name if args.name != "train" else f"train-{args.preset}"
-        return check_preset(args.preset_check, args.preset, args.seeds, name, args.results_dir)
+        return check_preset(
+            args.preset_check,
+            args.preset,
+            args.seeds,
+            name,
+            args.results_dir,
+            baseline=args.baseline_preset,
+        )
     precisions = args.precisions or (
         ["fp32", "bf16"] if args.device == "cpu" else ["fp32", "tf32", "amp"]
     )

@@ -1,7 +1,9 @@
-"""What ``ncf train --preset small`` reaches: several seeds on one ETL split, model vs ItemPop.
+"""What a preset reaches: several seeds on one ETL split, the model vs MF and ItemPop.
 
-Each seed is a real ``ncf train`` subprocess (as ``ncf run`` starts it); the table has one row per
-seed plus their mean and range, written as ``bench/results/<name>.json`` / ``.md``.
+Each seed is a real ``ncf train`` subprocess (as ``ncf run`` starts it) of the preset, and of the
+baseline preset (MF) when one is given; the table has one row per seed plus their mean and range,
+written as ``bench/results/<name>.json`` / ``.md``. With a validation split the epoch is chosen on
+it and ``hr@10`` is the test split's at that epoch (``protocol`` says which).
 """
 
 from __future__ import annotations
@@ -18,19 +20,27 @@ from bench.entry import BenchError, Results
 
 COLUMNS = (
     "seed",
+    "protocol",
+    "valid_hr@10",
     "hr@10",
     "ndcg@10",
     "best_epoch",
+    "mf_valid_hr@10",
+    "mf_hr@10",
+    "mf_ndcg@10",
+    "mf_best_epoch",
     "itempop_hr@10",
     "itempop_ndcg@10",
     "train_s",
     "wall_s",
     "samples_per_s",
 )
+AVERAGED = ("valid_hr@10", "hr@10", "ndcg@10", "mf_valid_hr@10", "mf_hr@10", "mf_ndcg@10",
+            "train_s", "wall_s")  # fmt: skip
 
 
-def one_seed(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> dict:
-    """Train one seed with ``ncf train`` and read its metrics.json."""
+def train(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> tuple[dict, float]:
+    """One ``ncf train`` run; its metrics.json and wall seconds."""
     cmd = [sys.executable, "-m", "ncf.cli", "train", "--data", str(etl), "--out", str(out)]
     cmd += ["--preset", preset, "--seed", str(seed), "--no-progress", *extra]
     t0 = time.perf_counter()
@@ -39,9 +49,17 @@ def one_seed(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> 
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-2000:])
         raise BenchError(f"{shlex.join(cmd)} failed (exit {proc.returncode}; stderr above)")
-    m = json.loads((out / "metrics.json").read_text())
-    return {
+    return json.loads((out / "metrics.json").read_text()), wall
+
+
+def one_seed(etl: Path, preset: str, baseline: str | None, seed: int, out: Path,
+             extra: list[str]) -> dict:  # fmt: skip
+    """Train one seed of ``preset`` (and of ``baseline``); its row."""
+    m, wall = train(etl, preset, seed, out / preset, extra)
+    row = {
         "seed": seed,
+        "protocol": m.get("protocol"),
+        "valid_hr@10": m.get("valid", {}).get("hr@10"),
         "hr@10": m["hr@10"],
         "ndcg@10": m["ndcg@10"],
         "best_epoch": m["best_epoch"],
@@ -51,6 +69,25 @@ def one_seed(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> 
         "wall_s": round(wall, 1),
         "samples_per_s": round(m["mean_train_throughput"]),
     }
+    if baseline:
+        b, _ = train(etl, baseline, seed, out / baseline, extra)
+        row.update({"mf_valid_hr@10": b.get("valid", {}).get("hr@10"), "mf_hr@10": b["hr@10"],
+                    "mf_ndcg@10": b["ndcg@10"], "mf_best_epoch": b["best_epoch"]})  # fmt: skip
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Mean, min and max over the seeds of every averaged column the rows have."""
+    summary = {}
+    for key in AVERAGED:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            summary[key] = {
+                "mean": sum(values) / len(values),
+                "min": min(values),
+                "max": max(values),
+            }
+    return summary
 
 
 def check_preset(
@@ -60,14 +97,13 @@ def check_preset(
     name: str,
     results_dir: Path,
     extra: list[str] | None = None,
+    baseline: str | None = None,
 ) -> Results:
     """Run every seed; their rows, a mean row and a min-max row (``bench.entry`` writes them)."""
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [one_seed(etl, preset, s, Path(tmp) / f"seed{s}", extra or []) for s in seeds]
-    summary = {}
-    for key in ("hr@10", "ndcg@10", "train_s", "wall_s"):
-        values = [r[key] for r in rows]
-        summary[key] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+        rows = [one_seed(etl, preset, baseline, s, Path(tmp) / f"seed{s}", extra or [])
+                for s in seeds]  # fmt: skip
+    summary = summarize(rows)
     mean_row = {
         "seed": "mean",
         **{k: v["mean"] for k, v in summary.items()},
@@ -78,11 +114,12 @@ def check_preset(
         "seed": "range",
         **{k: f"{v['min']:.4g}-{v['max']:.4g}" for k, v in summary.items()},
     }
+    about = f"ncf train --preset {preset}" + (f" vs --preset {baseline}" if baseline else "")
     return Results(
         name,
         [*rows, mean_row, range_row],
         COLUMNS,
-        f"ncf train --preset {preset} on {etl.name}",
+        f"{about} on {etl.name}",
         results_dir,
-        extra={"etl_dir": str(etl), "preset": preset, "summary": summary},
+        extra={"etl_dir": str(etl), "preset": preset, "baseline": baseline, "summary": summary},
     )
