@@ -24,6 +24,7 @@ STAGES: dict[str, tuple[str, str]] = {
         "datasets.synth",
         "write an ML-20m-like synthetic ratings.csv with planted structure",
     ),
+    "convert": ("datasets.atomic", "a RecBole atomic .inter file (e.g. ML-100K) as ratings.csv"),
     "etl": ("workflows.cli", "NVTabular ETL: ids, leave-one-out split, exact eval negatives"),
     "train": ("models.train", "train NeuMF (DLE defaults; torchrun for DDP; --amp)"),
     "evaluate": ("models.evaluate", "HR@10/NDCG@10 of a checkpoint and of the ItemPop baseline"),

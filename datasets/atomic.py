@@ -1,0 +1,82 @@
+"""``ncf convert``: a RecBole atomic interaction file (``.inter``) as a MovieLens ``ratings.csv``.
+
+RecBole's atomic files are tab-separated with a ``name:type`` header (docs/FACTS.md, "RecBole
+atomic files"); its datasets, ML-100K among them, come in this format. The user and item columns
+must hold integer tokens (MovieLens ids); rating and timestamp are numbers. The output has the
+columns of ``ratings.csv`` (``ncf.names.RAW_COLUMNS``) in the file's row order (so ``ncf etl
+--ties file-order`` sees the same order) and is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ncf import atomic, names
+
+# ratings.csv column -> the atomic field it comes from, by the names RecBole's MovieLens files use.
+FIELDS = {
+    names.RAW_USER: "user_id",
+    names.RAW_ITEM: "item_id",
+    names.RAW_RATING: "rating",
+    names.RAW_TIME: "timestamp",
+}
+
+
+def _columns(path: Path, header: str) -> dict[str, str]:
+    """``name -> name:type`` of the header; a clear error if a needed field is missing."""
+    fields = {f.split(":", 1)[0]: f for f in header.rstrip("\r\n").split("\t")}
+    missing = [f for f in FIELDS.values() if f not in fields]
+    if missing:
+        raise ValueError(
+            f"{path}: header {header.strip()!r} lacks {missing}; an atomic .inter file needs the "
+            f"tab-separated fields {[f + ':<type>' for f in FIELDS.values()]}"
+        )
+    return fields
+
+
+def _numbers(path: Path, frame: pd.DataFrame, column: str, integer: bool) -> np.ndarray:
+    """``column`` as int64 (``integer``) or float64; the first bad line is named in the error."""
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() | ((values != np.floor(values)) if integer else False)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        kind = "an integer (a MovieLens id or Unix time)" if integer else "a number"
+        raise ValueError(
+            f"{path}: line {row + 2}, column {column!r}: {frame[column].iloc[row]!r} is not {kind}"
+        )
+    return values.to_numpy(np.int64 if integer else np.float64)
+
+
+def convert(inter: str | Path, out: str | Path) -> int:
+    """Write ``inter`` (RecBole atomic) as ``out`` (ratings.csv); the number of rows written."""
+    inter, out = Path(inter), Path(out)
+    with open(inter, encoding="utf-8") as f:
+        header = f.readline()
+        fields = _columns(inter, header)
+        frame = pd.read_csv(io.StringIO(f.read()), sep="\t", header=None, dtype=str,
+                            names=list(fields), keep_default_na=False)  # fmt: skip
+    ratings = pd.DataFrame(
+        {
+            column: _numbers(inter, frame, field, integer=column != names.RAW_RATING)
+            for column, field in FIELDS.items()
+        }
+    )
+    atomic.write_text(out, ratings.to_csv(index=False))
+    return len(ratings)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", type=Path, help="RecBole atomic interaction file (.inter)")
+    p.add_argument("--out", type=Path, required=True, help="ratings.csv to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out / "ratings.csv" if args.out.is_dir() else args.out
+    rows = convert(args.input, out)
+    print(f"ncf convert: {rows:,} ratings -> {out}")
+    return 0
