@@ -38,7 +38,7 @@ from models.neumf import NeuMF
 from ncf import names
 from ncf.digest import sha256_file
 from ncf.options import call_with_args
-from serving import repository, tables
+from serving import ann_check, repository, tables
 from serving.catalogue import CatalogueNeuMF, to_precision
 from serving.served import ServingNeuMF
 
@@ -311,15 +311,19 @@ def export_repository(
             f"exported model differs from eager PyTorch by {bad} (> --tolerance {tolerance}) on "
             f"{check_samples} random ids of {checkpoint}; nothing written to {repo}"
         )
+    arrays = _tables(model, meta, data)
     artifacts = {
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
         names.ARTIFACT_CATALOGUE: cat_bytes,
-        **_tables(model, meta, data),
+        **{name: _npz(table) for name, table in arrays.items()},
     }
     checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}
     checks["onnx_exporter"] = exporter
     checks["catalogue_bf16"] = check_bf16(cat_bytes, meta, 16, seed + 3)
+    params = ann_check.recommend_parameters(_served_configs(repo, template))
+    gmf, seen = arrays[names.ARTIFACT_GMF], arrays[names.ARTIFACT_SEEN]
+    checks["ann"] = ann_check.check_ann(cat_bytes, gmf, seen, meta, params, seed + 4)
     manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
     manifest["export_id"] = export_id
     _publish(repo, artifacts, manifest, template, server_url, keep_versions)
@@ -327,14 +331,23 @@ def export_repository(
     return manifest
 
 
-def _tables(model: NeuMF, meta: dict, data: Path) -> dict[str, bytes]:
-    """The lookup tables of the workflow and recommend models, serialized."""
+def _tables(model: NeuMF, meta: dict, data: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The lookup tables of the workflow and recommend models: artifact name -> arrays."""
     return {
-        names.ARTIFACT_VOCAB: _npz(tables.vocab_tables(data, meta)),
-        names.ARTIFACT_SEEN: _npz(tables.seen_tables(data, meta)),
-        names.ARTIFACT_POPULARITY: _npz(tables.popularity_tables(data, meta)),
-        names.ARTIFACT_GMF: _npz(gmf_tables(model, meta)),
+        names.ARTIFACT_VOCAB: tables.vocab_tables(data, meta),
+        names.ARTIFACT_SEEN: tables.seen_tables(data, meta),
+        names.ARTIFACT_POPULARITY: tables.popularity_tables(data, meta),
+        names.ARTIFACT_GMF: gmf_tables(model, meta),
     }
+
+
+def _served_configs(repo, template) -> Path:
+    """The repository whose ``recommend`` config the server will load: ``repo`` once it has one,
+    else the template it gets its configs from."""
+    repo = Path(repo)
+    if (repo / names.MODEL_RECOMMEND / "config.pbtxt").is_file():
+        return repo
+    return Path(template) if template else repository.project_repo()
 
 
 def _publish(repo, artifacts: dict, manifest: dict, template, server_url, keep: int) -> None:
@@ -437,6 +450,7 @@ def run(args: argparse.Namespace) -> int:
         "switched": bool(args.server_url),
         "max_abs_diff": manifest["checks"]["max_abs_diff"],
         "catalogue_bf16": manifest["checks"]["catalogue_bf16"],
+        "ann": manifest["checks"]["ann"],
         "artifact_bytes": manifest["artifact_bytes"],
         "seconds": manifest["seconds"],
     }

@@ -194,7 +194,8 @@ def test_recommend_io_and_scorer():
     assert [t.name for t in scorer.output] == [p["scorer_output"], p["scorer_export_id_output"]]
     assert p["scorer_output"] == names.OUTPUT_ITEM_SCORES
     assert p["scorer_export_id_output"] == names.OUTPUT_EXPORT_ID
-    assert p["candidates"] in ("exact", "ann") and int(p["ann_candidates"]) > 0
+    assert p["candidates"] == "auto" and int(p["ann_candidates"]) > 0
+    assert 0 < float(p["ann_min_recall"]) <= 1
 
 
 def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
@@ -209,6 +210,9 @@ def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
     elif model == names.MODEL_RECOMMEND:  # scored by the official PyTorch backend
         assert gpu.parameters["scorer_model"].string_value == names.MODEL_CATALOGUE_LIBTORCH
         gpu.parameters["scorer_model"].string_value = names.MODEL_CATALOGUE
+        # the libtorch scorer has no item_ids input: the GPU variant scores the whole catalogue
+        assert gpu.parameters["candidates"].string_value == "exact"
+        gpu.parameters["candidates"].string_value = "auto"
     return gpu
 
 

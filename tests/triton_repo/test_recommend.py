@@ -17,6 +17,7 @@ from ncf import names
 from ncf.cli import main
 from serving.client import infer
 from serving.recommend import movie_titles, movies_path
+from serving.repository import latest_version
 from tests.triton_repo import etl_fixture
 from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
 
@@ -210,3 +211,43 @@ def test_titles_come_from_movies_csv_beside_the_etl_input(tmp_path):
     (tmp_path / "bad.csv").write_text("id,name\n1,x\n")
     with pytest.raises(ValueError, match="need columns movieId,title"):
         movie_titles(tmp_path / "bad.csv")
+
+
+def _recommended(server, users: list[int], **params) -> np.ndarray:
+    """Top-10 raw movieIds of ``users`` with ``recommend`` reloaded with ``params``."""
+    import tritonclient.http as http
+
+    with reloaded(server, names.MODEL_RECOMMEND, parameters=params):
+        with http.InferenceServerClient(server.http_url) as conn:
+            return _ask((http, conn), users, [10] * len(users))[names.OUTPUT_RAW_ITEMS]
+
+
+def test_auto_serves_what_the_export_measured_for_these_settings(server, repo):
+    """candidates auto: the manifest's checks.ann choice where it was measured with the config's
+    own settings, the exact path where not (settings changed since, or the check chose exact)."""
+    model_dir = repo / names.MODEL_RECOMMEND
+    manifest_path = model_dir / str(latest_version(model_dir)) / names.MANIFEST_FILE
+    original = manifest_path.read_text()
+    check = json.loads(original)["checks"]["ann"]  # what the fixture's export measured
+    assert check["serves"] in ("ann", "exact") and 0 <= check["recall@10"] <= 1
+    assert check["users"] > 100 and check["settings"]["ann_candidates"] == "1000"
+    users = [int(u) for u in pd.read_csv(etl_fixture.RATINGS)[names.RAW_USER].unique()[:8]]
+    few = {"ann_index": "HNSW32", "ann_candidates": "10", "ann_ef_search": "16"}
+    few["ann_min_recall"] = "0.99"
+    exact = _recommended(server, users, candidates="exact")
+    ann = _recommended(server, users, candidates="ann", **few)
+    assert not np.array_equal(exact, ann)  # 10 candidates miss some of the exact top-10
+    manifest = json.loads(original)
+    try:
+        manifest["checks"]["ann"] = {**check, "settings": few, "serves": "ann"}
+        manifest_path.write_text(json.dumps(manifest))
+        np.testing.assert_array_equal(_recommended(server, users, candidates="auto", **few), ann)
+        other = {**few, "ann_candidates": "11"}  # not the settings the check measured
+        np.testing.assert_array_equal(
+            _recommended(server, users, candidates="auto", **other), exact
+        )
+        manifest["checks"]["ann"]["serves"] = "exact"
+        manifest_path.write_text(json.dumps(manifest))
+        np.testing.assert_array_equal(_recommended(server, users, candidates="auto", **few), exact)
+    finally:
+        manifest_path.write_text(original)

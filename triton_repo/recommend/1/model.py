@@ -33,6 +33,19 @@ def top_k(items, scores, k):
     return items[best], scores[best]
 
 
+def auto_mode(check, params):
+    """What candidates "auto" serves: the export's choice (manifest ``checks.ann``) where it was
+    measured with this config's settings and faiss is here, else the exact path."""
+    settings = check.get("settings", {})
+    if not settings or any(params.get(key) != value for key, value in settings.items()):
+        return "exact"
+    try:
+        import faiss  # noqa: F401 (only the two-stage path needs it)
+    except ImportError:
+        return "exact"
+    return check.get("serves", "exact")
+
+
 class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
@@ -62,9 +75,11 @@ class TritonPythonModel:
             self.seen_indptr, self.seen_items = z["indptr"], z["indices"]
         with load("popularity_artifact") as z:
             self.pop_items, self.pop_share = z["items"], z["share"]
-        self.mode = p.get("candidates", "exact")
-        if self.mode not in ("exact", "ann"):
-            raise pb_utils.TritonModelException(f"candidates={self.mode!r}: use exact or ann")
+        self.mode = p.get("candidates", "auto")
+        if self.mode not in ("auto", "exact", "ann"):
+            raise pb_utils.TritonModelException(f"candidates={self.mode!r}: use auto, exact or ann")
+        if self.mode == "auto":
+            self.mode = auto_mode(manifest_field(vdir, p["manifest"], "checks").get("ann", {}), p)
         if self.mode == "ann":
             with load("gmf_artifact") as z:
                 self._build_index(z["users"], z["items"], p)
