@@ -80,17 +80,21 @@ def headline_rows(results_dir: Path = RESULTS_DIR) -> list[tuple[str, str, str, 
             )
         )
     if small := _load(results_dir, "train-small"):
-        hr, nd = small["summary"]["hr@10"], small["summary"]["ndcg@10"]
-        pop = small["rows"][0]
-        out.append(
-            (
-                f"ml-latest-small, 100 negatives, `--preset small` ({len(small['rows']) - 2} seeds)",
-                f"HR@10 {hr['mean']:.3f} ({hr['min']:.3f}-{hr['max']:.3f}), NDCG@10 {nd['mean']:.3f}; "
-                f"ItemPop {pop['itempop_hr@10']:.3f} / {pop['itempop_ndcg@10']:.3f}",
-                *REFERENCE["small"],
-            )
-        )
+        out.append((*_small_row(small), *REFERENCE["small"]))
     return out
+
+
+def _small_row(small: dict) -> tuple[str, str]:
+    """The ml-latest-small row: NeuMF mean (range) over the seeds, MF and ItemPop beside it."""
+    summary, first = small["summary"], small["rows"][0]
+    seeds = len(small["rows"]) - 2  # the seeds' rows, then a mean row and a range row
+    hr, nd = summary["hr@10"], summary["ndcg@10"]
+    text = f"HR@10 {hr['mean']:.3f} ({hr['min']:.3f}-{hr['max']:.3f}), NDCG@10 {nd['mean']:.3f}"
+    if mf := summary.get("mf_hr@10"):
+        text += f"; MF {mf['mean']:.3f} ({mf['min']:.3f}-{mf['max']:.3f})"
+    text += f"; ItemPop {first['itempop_hr@10']:.3f} / {first['itempop_ndcg@10']:.3f}"
+    protocol = first.get("protocol") or "best test epoch"
+    return f"ml-latest-small, 100 negatives, `--preset small` ({seeds} seeds, {protocol})", text
 
 
 def write_summary(results_dir: Path = RESULTS_DIR) -> Path | None:

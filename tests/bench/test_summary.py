@@ -29,3 +29,17 @@ def test_headline_from_json(tmp_path):
 def test_no_results_no_summary(tmp_path):
     assert headline_rows(tmp_path) == [] and write_summary(tmp_path) is None
     assert not (tmp_path / "summary.md").exists()
+
+
+def test_small_row_names_the_protocol_and_the_mf_baseline(tmp_path):
+    spread = {"mean": 0.72, "min": 0.71, "max": 0.73}
+    _write(tmp_path, "train-small", {
+        "rows": [{"seed": 1, "protocol": "valid-selected", "itempop_hr@10": 0.604, "itempop_ndcg@10": 0.355},
+                 {"seed": 2}, {"seed": "mean"}, {"seed": "range"}],
+        "summary": {"hr@10": spread, "ndcg@10": {"mean": 0.48}, "mf_hr@10": {**spread, "mean": 0.715}},
+    })  # fmt: skip
+    ((what, ours, *_),) = headline_rows(tmp_path)
+    assert what == "ml-latest-small, 100 negatives, `--preset small` (2 seeds, valid-selected)"
+    assert ours == (
+        "HR@10 0.720 (0.710-0.730), NDCG@10 0.480; MF 0.715 (0.710-0.730); ItemPop 0.604 / 0.355"
+    )
