@@ -327,6 +327,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=5,
         help="random trials before TPE takes over, and before pruning starts (default: %(default)s)",
     )
+    p.add_argument(
+        "--enqueue-base",
+        action="store_true",
+        help="also try the base config's own values of the searched settings (the preset being "
+        "re-chosen), as the search's next trial unless the study already tried them",
+    )
     presets.add_arguments(p)  # the base config; the searched fields (SEARCH_SPACES) are not flags
     p.add_argument("--device", default="auto", choices=DEVICES, help="default: %(default)s")
     p.add_argument("--threads", type=int, help="CPU threads (default: all usable cores)")
@@ -360,6 +366,9 @@ def run(args: argparse.Namespace) -> int:
         retried = recover(study, storage)
         if retried:
             print(f"ncf tune: trials {retried} were cut short (killed); queued again", flush=True)
+        if args.enqueue_base:  # the incumbent competes with what the search proposes
+            base_values = {name: getattr(base, name) for name in space}
+            study.enqueue_trial(base_values, user_attrs={"base": args.preset}, skip_if_exists=True)
         remaining = args.trials - len(finished(study))
         print(
             f"ncf tune: {len(finished(study))}/{args.trials} trials done; {max(remaining, 0)} to run",

@@ -129,3 +129,14 @@ def test_full_ranking_on_test_also_excludes_the_validation_item(valid_etl: Path,
     assert evaluate.run(parse(evaluate, argv)) == 0
     # 80 items; 10 training items and 1 validation item known per user: 69 candidates, not 70
     assert json.loads(out.read_text())["full_candidates_per_user"] == pytest.approx(69.0)
+
+
+def test_enqueue_base_tries_the_preset_itself_once(valid_etl: Path, tmp_path: Path):
+    out = tmp_path / "t"
+    args = ["--data", valid_etl, "--out", out, *FLAGS, "--preset", "mf-small", "--enqueue-base"]
+    assert tune.run(parse(tune, [*args, "--trials", "1"])) == 0
+    assert tune.run(parse(tune, [*args, "--trials", "2"])) == 0  # resumed: not queued again
+    first, second = _trials(out)
+    want = presets.resolve("mf-small", {})
+    assert first.params == {name: getattr(want, name) for name in tune.SEARCH_SPACES["mf"]}
+    assert first.user_attrs["base"] == "mf-small" and second.params != first.params
