@@ -15,6 +15,7 @@ NVTabular is imported only by this module, and only when the ``nvtabular`` engin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -36,6 +37,8 @@ PART_ROWS = 2_500_000  # rows per Dask partition of the fit (parallel groupbys, 
 _QUIET = (".*tensorflow.*", ".*CPU mode.*experimental.*")
 CONNECT_TIMEOUT_S = 5.0  # reaching a running scheduler takes milliseconds; fail fast otherwise
 WORKER_WAIT_S = 30.0  # workers started together with the scheduler need a few seconds to join
+# What distributed raises on a timeout: asyncio's TimeoutError, the builtin one from Python 3.11.
+TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
 
 
 @contextlib.contextmanager
@@ -132,7 +135,7 @@ def connect(
     )
     try:
         client = Client(address, timeout=timeout_s)
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, *TIMEOUTS, ValueError) as exc:
         raise ValueError(
             f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s ({exc}); "
             f"check the address and that it is running ({start}), or drop --scheduler and unset "
@@ -140,7 +143,7 @@ def connect(
         ) from None
     try:
         client.wait_for_workers(1, timeout=workers_wait_s)
-    except (OSError, TimeoutError) as exc:
+    except (OSError, *TIMEOUTS) as exc:
         client.close()
         raise ValueError(
             f"the Dask scheduler at {address} has no worker after {workers_wait_s:g} s ({exc}); "
