@@ -116,27 +116,35 @@ def _import_before_group() -> None:
         import torch._dynamo  # noqa: F401
 
 
+# Every tensor handed to a collective, kept until the group is destroyed (see ``leave_group``):
+# a few small tensors per epoch (the loss sum, the evaluation sums).
+_COLLECTIVE_TENSORS: list[torch.Tensor] = []
+
+
 def leave_group() -> None:
     """Destroy the process group and free it now, joining its worker threads.
 
     A gloo collective's work object (which holds the all-reduced tensors) is released by the gloo
-    worker thread that ran it, after the waiting rank has already been told the result. A rank
-    that then exits at once (rank 1, whose last collective is the final evaluation all-reduce)
-    races that thread: when the last reference to a tensor that Python has already dropped goes
-    away in the worker thread during interpreter shutdown, the thread needs the GIL, Python
-    terminates it from ``take_gil`` with ``pthread_exit``, the forced unwind meets a ``noexcept``
-    destructor, and the process aborts ("terminate called without an active exception").
-    Freeing the group here joins those threads while the interpreter is intact (torch releases
-    the GIL while a group is destroyed); ``gc.collect`` frees a DDP module left in a reference
-    cycle, whose reducer also holds the group.
+    worker thread that ran it, after the waiting rank has already been told the result. If that
+    drops the last reference to a tensor that Python created, the worker thread needs the GIL.
+    Two ways that goes wrong: a rank that exits at once races the thread (Python terminates it
+    from ``take_gil`` during interpreter shutdown and the process aborts, "terminate called
+    without an active exception"), and a group destroyed while the GIL is held (torch 2.1 frees it
+    under the GIL) joins a thread that waits for the GIL: a deadlock. So Python keeps every
+    tensor it hands to a collective (``all_reduce_sum``) until the group is gone: the worker
+    threads never free one. Freeing the group here joins them while the interpreter is intact;
+    ``gc.collect`` frees a DDP module left in a reference cycle, whose reducer also holds the
+    group. The kept tensors go last, on this thread.
     """
     dist.destroy_process_group()
     gc.collect()
+    _COLLECTIVE_TENSORS.clear()
 
 
 def all_reduce_sum(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:
     """Sum ``tensor`` over ranks in place (no-op for one process); returns it."""
     if env.distributed:
+        _COLLECTIVE_TENSORS.append(tensor)  # freed by leave_group, never by a gloo thread
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
 
