@@ -103,6 +103,6 @@ def check_ann(
 def choose(recall: float, params: dict[str, str], n_items: int) -> str:
     """What ``candidates`` auto serves: "ann" if its measured ``recall`` reaches
     ``ann_min_recall`` and its candidates are under half of the ``n_items`` catalogue (at half
-    or more the path saves at most 2x of the scoring, about what the index search costs)."""
+    or more the path could save at most half of the scoring, and it adds the index search)."""
     worth_it = 2 * int(params["ann_candidates"]) < n_items
     return "ann" if worth_it and recall >= float(params["ann_min_recall"]) else "exact"
