@@ -59,6 +59,9 @@ def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
         if on_device and getattr(evt, "device_type", None) != torch.autograd.DeviceType.CPU:
             continue
         device_us = _self_device_us(evt) if on_device else float(evt.self_cpu_time_total)
+        # The profiler can report a negative self time for an operator whose children it
+        # over-counted (torch 2.1 under CPU load); it is no time of its own, so it counts as 0.
+        device_us = max(device_us, 0.0)
         rows.append(
             {
                 "op": evt.key,

@@ -37,6 +37,12 @@ def test_op_table_per_step_shares_and_order():
     assert rows[1]["share_pct"] == 25.0 and rows[1]["calls_per_step"] == 2.0
 
 
+def test_a_negative_self_time_counts_as_none():
+    events = [_evt("a", 1, 3000.0), _evt("b", 1, 1000.0), _evt("parent", 1, -500.0)]
+    rows = profile_step.op_table(events, steps=1, on_device=False, top=3)
+    assert [(r["op"], r["share_pct"]) for r in rows] == [("a", 75.0), ("b", 25.0), ("parent", 0.0)]
+
+
 def test_op_table_on_a_gpu_counts_each_kernel_once():
     """Kernel events (CUDA) repeat the device time of the operator that launched them."""
     cuda = torch.autograd.DeviceType.CUDA
