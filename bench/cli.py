@@ -21,19 +21,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from serving.repository import latest_version
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.serving.repository import latest_version
 
 BENCHES: dict[str, tuple[str, str]] = {
-    "etl": ("bench.etl", "ETL wall time and peak RSS per stage (vs DLE convert.py)"),
-    "train": ("bench.train", "training throughput and memory per batch size and precision"),
-    "inference": ("bench.inference", "eager / TorchScript / ONNX Runtime scoring, batch 1..1M"),
-    "triton": ("bench.triton", "tritonserver: neumf, ncf, recommend over HTTP and gRPC"),
-    "soak": ("bench.soak", "tritonserver under a bounded load of valid and invalid requests"),
-    "recommend": ("bench.recommend", "top-k over the whole catalogue: exact fp32/bf16, two-stage"),
+    "etl": ("ncf.bench.etl", "ETL wall time and peak RSS per stage (vs DLE convert.py)"),
+    "train": ("ncf.bench.train", "training throughput and memory per batch size and precision"),
+    "inference": ("ncf.bench.inference", "eager / TorchScript / ONNX Runtime scoring, batch 1..1M"),
+    "triton": ("ncf.bench.triton", "tritonserver: neumf, ncf, recommend over HTTP and gRPC"),
+    "soak": ("ncf.bench.soak", "tritonserver under a bounded load of valid and invalid requests"),
+    "recommend": (
+        "ncf.bench.recommend",
+        "top-k over the whole catalogue: exact fp32/bf16, two-stage",
+    ),
     # a diagnostic, not part of `ncf bench all`
-    "profile": ("bench.profile_step", "torch.profiler table of one training step's operators"),
+    "profile": ("ncf.bench.profile_step", "torch.profiler table of one training step's operators"),
 }
 
 
@@ -60,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("all", help="every benchmark on full-scale synthetic data, then the README")
     add_all_arguments(p)
     p = sub.add_parser("readme", help="rewrite the README results section from bench/results")
-    importlib.import_module("bench.readme").add_arguments(p)
+    importlib.import_module("ncf.bench.readme").add_arguments(p)
 
 
 def add_all_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,12 +91,12 @@ def add_all_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen bench through ``bench.entry`` (its results record ``ncf bench NAME ...``)."""
+    """Run the chosen bench through ``ncf.bench.entry`` (its results record ``ncf bench NAME ...``)."""
     if args.bench == "all":
         return run_all(args)
     if getattr(args, "import_error", None):
         raise RuntimeError(args.import_error)
-    module = BENCHES[args.bench][0] if args.bench in BENCHES else "bench.readme"
+    module = BENCHES[args.bench][0] if args.bench in BENCHES else "ncf.bench.readme"
     prog = f"ncf bench {args.bench}"
     args.cmdline = entry.command_line(prog, args.bench_argv)
     return entry.execute(importlib.import_module(module), args, prog)
@@ -190,29 +193,31 @@ def bench_commands(plan: Plan, skip: list[str]) -> list[tuple[str, list[str]]]:
     r = ["--results-dir", plan.results]
     q = plan.quick
     cmds = {
-        "etl": _py("bench.etl", "--input", plan.ratings, *r, *(["--workers", "1"] if q else [])),
+        "etl": _py(
+            "ncf.bench.etl", "--input", plan.ratings, *r, *(["--workers", "1"] if q else [])
+        ),
         "train": _py(
-            "bench.train",
+            "ncf.bench.train",
             "--data",
             plan.etl,
             *r,
             *(["--batch-sizes", "65536", "--procs", "1", "--steps", "2"] if q else []),
         ),
         "inference": _py(
-            "bench.inference",
+            "ncf.bench.inference",
             "--checkpoint",
             plan.checkpoint,
             *r,
             *(["--batch-sizes", "1", "1024", "16384", "--max-seconds", "0.3"] if q else []),
         ),
         "triton": _py(
-            "bench.triton",
+            "ncf.bench.triton",
             "--repo",
             plan.repo,
             *r,
             *(["--concurrency", "1", "4", "--duration", "0.5", "--warmup", "0.2"] if q else []),
         ),
-        "soak": _py("bench.soak", "--repo", plan.repo, *r, *(["--duration", "5"] if q else [])),
+        "soak": _py("ncf.bench.soak", "--repo", plan.repo, *r, *(["--duration", "5"] if q else [])),
     }
     return [(name, cmd) for name, cmd in cmds.items() if name not in skip]
 
@@ -229,7 +234,7 @@ def run_all(args: argparse.Namespace) -> int:
         if _step(f"bench {name}", cmd) != 0:
             failed.append(name)  # the other benches still run; the exit code reports it
     if plan.readme is not None:
-        from bench.readme import update_readme
+        from ncf.bench.readme import update_readme
 
         update_readme(plan.readme, plan.results)
         print(f"ncf bench all: {plan.readme} results section rewritten from {plan.results}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from ncf.atomic import write_json, write_text
+from ncf.core.atomic import write_json, write_text
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

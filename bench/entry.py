@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.common import RESULTS_DIR, write_results
+from ncf.bench.common import RESULTS_DIR, write_results
 
 
 class BenchError(RuntimeError):
@@ -34,7 +34,7 @@ ERRORS = (ValueError, FileNotFoundError, FileExistsError, subprocess.CalledProce
 
 @dataclass
 class Plot:
-    """A ``bench.plots.line_plot`` of the rows (see its parameters)."""
+    """A ``ncf.bench.plots.line_plot`` of the rows (see its parameters)."""
 
     x: str
     y: str
@@ -65,7 +65,7 @@ def command_line(prog: str, argv: Sequence[str]) -> str:
 
 
 def write(results: Results, command: str, plot: bool = True) -> dict[str, Any]:
-    """Write the JSON and markdown results (``bench.common.write_results``) and the PNG plot."""
+    """Write the JSON and markdown results (``ncf.bench.common.write_results``) and the PNG plot."""
     payload = write_results(
         results.name,
         results.rows,
@@ -78,7 +78,7 @@ def write(results: Results, command: str, plot: bool = True) -> dict[str, Any]:
     if plot and results.plot is not None:
         from dataclasses import asdict
 
-        from bench.plots import line_plot
+        from ncf.bench.plots import line_plot
 
         path = results.results_dir / f"{results.name}.png"
         line_plot(results.rows, path=path, **asdict(results.plot))

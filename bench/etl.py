@@ -6,7 +6,7 @@ The reference row is NVIDIA DeepLearningExamples' ``convert.py`` on the same 20M
 2-core machine (about 78 s, 4.3 GB: docs/FACTS.md; its negatives are not guaranteed distinct).
 
     ncf synth --scale 1.0 --out data/synth/ml20m/ratings.csv
-    python -m bench.etl            # or: ncf bench etl
+    python -m ncf.bench.etl            # or: ncf bench etl
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import entry
-from bench.common import RESULTS_DIR, PeakRSS, stage
-from bench.entry import Results
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR, PeakRSS, stage
+from ncf.bench.entry import Results
 
 DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
 STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
@@ -37,7 +37,7 @@ TARGET = {"total_s": REFERENCE["total_s"] / 2, "peak_rss_gb": REFERENCE["peak_rs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``ncf bench etl`` / ``python -m bench.etl``."""
+    """Flags of ``ncf bench etl`` / ``python -m ncf.bench.etl``."""
     parser.add_argument(
         "--input",
         type=Path,
@@ -102,7 +102,7 @@ def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], 
         cmd = [
             sys.executable,
             "-m",
-            "bench.etl",
+            "ncf.bench.etl",
             "--child",
             str(record_path),
             "--input",
@@ -126,7 +126,7 @@ def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], 
 
 def _child(args: argparse.Namespace) -> int:
     """One configuration in this process: time every stage, sample peak RSS."""
-    from workflows.etl import EtlOptions, run_etl
+    from ncf.workflows.etl import EtlOptions, run_etl
 
     stages: dict[str, Any] = {}
     opts = EtlOptions(

@@ -9,11 +9,11 @@
 #   2. the CUDA-marked tests (only the files that hold them: the others import Merlin/Triton
 #      packages this box lacks)
 #   3. ncf synth --scale 1.0 (ML-20m-like, 20M ratings) and ncf etl --engine pandas
-#   4. bench.train: batch 1M and 64k x fp32 / TF32 / AMP (throughput, peak GPU memory)
-#   5. bench.inference: eager + TorchScript, batch 1024 and 1M, every precision the GPU has
-#   6. bench.train: a timed 30-epoch run (AMP, batch 1M; train + evaluate every epoch)
-#   7. bench.profile_step: torch.profiler on AMP steps at batch 1M (which kernels take the time)
-#   8. bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
+#   4. ncf.bench.train: batch 1M and 64k x fp32 / TF32 / AMP (throughput, peak GPU memory)
+#   5. ncf.bench.inference: eager + TorchScript, batch 1024 and 1M, every precision the GPU has
+#   6. ncf.bench.train: a timed 30-epoch run (AMP, batch 1M; train + evaluate every epoch)
+#   7. ncf.bench.profile_step: torch.profiler on AMP steps at batch 1M (which kernels take the time)
+#   8. ncf.bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
 #      if time is left: DLE's published figures are from an A100, this compares on the same chip
 # Every step writes into $OUT (JSON results, logs, steps.json); a summary table prints last.
 # GPU_CHECK_DRY_RUN=1 prints each step's command ("DRY <args>", shell-quoted) instead of running
@@ -73,25 +73,25 @@ if [ -f "$DATA/ratings.csv" ] || [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
     step etl 150 240 "$PY" -m ncf.cli etl --engine pandas --input "$DATA/ratings.csv" \
         --out "$DATA/etl" --holdout test --force && etl_ok=0
 fi
-# Without an ETL directory bench.train builds its own split of the same synthetic data.
+# Without an ETL directory ncf.bench.train builds its own split of the same synthetic data.
 if [ "$etl_ok" -eq 0 ]; then train_data=(--data "$DATA/etl"); else train_data=(--scale 1.0); fi
 
-step train-points 150 150 "$PY" -m bench.train --device cuda "${train_data[@]}" \
+step train-points 150 150 "$PY" -m ncf.bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 65536 --precisions fp32 tf32 amp --procs 1 --steps 5 --warmup 2 \
     --name train_gpu --results-dir "$OUT"
 
-step inference 100 40 "$PY" -m bench.inference --device cuda --batch-sizes 1024 1048576 \
+step inference 100 40 "$PY" -m ncf.bench.inference --device cuda --batch-sizes 1024 1048576 \
     --backends eager torchscript --max-seconds 1.0 --name inference_gpu --results-dir "$OUT"
 
 # Last: it takes what time is left (its JSON is written only when all 30 epochs are done).
-step train-30-epochs 200 100 "$PY" -m bench.train --device cuda "${train_data[@]}" \
+step train-30-epochs 200 100 "$PY" -m ncf.bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 --precisions amp --procs 1 --steps 1 --warmup 1 --epochs-run 30 \
     --run-precision amp --name train_gpu_30ep --results-dir "$OUT"
 
-step profile 60 40 "$PY" -m bench.profile_step --device cuda "${train_data[@]}" \
+step profile 60 40 "$PY" -m ncf.bench.profile_step --device cuda "${train_data[@]}" \
     --precision amp --batch 1048576 --warmup 3 --steps 3 --name profile_gpu --results-dir "$OUT"
 
-step train-dle 90 45 "$PY" -m bench.train --device cuda "${train_data[@]}" \
+step train-dle 90 45 "$PY" -m ncf.bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 --precisions amp --dle-baseline --procs 1 --steps 5 --warmup 2 \
     --name train_gpu_dle --results-dir "$OUT"
 

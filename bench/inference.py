@@ -5,9 +5,9 @@ For each backend x precision x batch size: random valid (user, item) ids, warm-u
 then timed calls (device synchronised after each) until ``--max-iters`` or ``--max-seconds``;
 reports samples/s (batch / mean latency) and mean/p90/p95/p99 latency in ms.
 
-    python -m bench.inference                                    # CPU, ML-20m-sized random model
-    python -m bench.inference --checkpoint work/train/best.pt    # a trained model
-    python -m bench.inference --device cuda --batch-sizes 1024 1048576
+    python -m ncf.bench.inference                                    # CPU, ML-20m-sized random model
+    python -m ncf.bench.inference --checkpoint work/train/best.pt    # a trained model
+    python -m ncf.bench.inference --device cuda --batch-sizes 1024 1048576
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.entry import BenchError, Plot, Results
+from ncf.models import checkpoint
+from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving.served import ServingNeuMF
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.entry import BenchError, Plot, Results
-from models import checkpoint
-from models.neumf import NeuMF, NeuMFConfig
-from ncf import names
-from serving.served import ServingNeuMF
+from ncf.core import names
 
 BATCH_SIZES = (1, 64, 1024, 16384, 262144, 1048576)
 BACKENDS = ("eager", "torchscript", "onnx")
@@ -156,8 +156,7 @@ def _onnx_runner(net: ServingNeuMF, precision: str, device: torch.device, exampl
         raise RuntimeError("ONNX Runtime is timed in fp32 on the CPU execution provider only")
     # Imported here: onnx/onnxruntime are not installed on every host (the GPU box).
     import onnxruntime as ort
-
-    from serving.export import to_onnx
+    from ncf.serving.export import to_onnx
 
     # The exporter the export stage uses: torch.export-based where this torch has it, else the
     # TorchScript-based one (torch 2.1 in the NGC images).

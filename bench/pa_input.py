@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from ncf.bench import entry
+from ncf.serving.client import IdPool
 
-from bench import entry
-from ncf import names
-from ncf.atomic import write_text
-from serving.client import IdPool
+from ncf.core import names
+from ncf.core.atomic import write_text
 
 
 def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:

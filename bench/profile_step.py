@@ -1,12 +1,12 @@
-"""``python -m bench.profile_step``: where one NeuMF training step spends its time (torch.profiler).
+"""``python -m ncf.bench.profile_step``: where one NeuMF training step spends its time (torch.profiler).
 
 Builds the real ``Trainer`` on an ETL split (or ``ncf synth`` data), plans epoch 0, runs warm-up
 steps, then profiles ``--steps`` global batches and tabulates the operators by self time on the
 device (CUDA kernels on a GPU, CPU time otherwise), per step. Written for the GPU check: the H200
 AMP step is below DLE's A100 figure and this says which operators take the time.
 
-    python -m bench.profile_step --device cuda --precision amp --batch 1048576
-    python -m bench.profile_step --scale 0.01 --batch 65536        # CPU, quick
+    python -m ncf.bench.profile_step --device cuda --precision amp --batch 1048576
+    python -m ncf.bench.profile_step --scale 0.01 --batch 65536        # CPU, quick
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import torch
-
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.entry import Results
-from bench.train_point import OUR_PRECISIONS
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.entry import Results
+from ncf.bench.train_point import OUR_PRECISIONS
 
 COLUMNS = ("op", "calls_per_step", "self_ms_per_step", "share_pct", "self_cpu_ms_per_step")
 
@@ -80,10 +79,10 @@ def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
 
 def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict]:
     """Profile ``args.steps`` training steps; (operator rows, step facts)."""
-    from bench.train_point import TrainPoint
-    from bench.train_worker import build_trainer, step_starts
-    from models.distributed import process_group
-    from models.epoch import epoch_generator, plan_epoch
+    from ncf.bench.train_point import TrainPoint
+    from ncf.bench.train_worker import build_trainer, step_starts
+    from ncf.models.distributed import process_group
+    from ncf.models.epoch import epoch_generator, plan_epoch
 
     point = TrainPoint(
         data=str(data_path),
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> Results:
         raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     data = args.data
     if data is None:
-        from bench.train_data import synthetic
+        from ncf.bench.train_data import synthetic
 
         data = synthetic(args.scale)
     rows, facts = profile(args, data)

@@ -3,7 +3,7 @@
 Only the text between ``<!-- results:start -->`` and ``<!-- results:end -->`` is replaced; the
 markers must each appear exactly once, start before end, or nothing is written.
 
-    python -m bench.readme                    # README.md from bench/results/
+    python -m ncf.bench.readme                    # README.md from bench/results/
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.summary import write_summary
-from ncf.atomic import write_text
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.summary import write_summary
+
+from ncf.core.atomic import write_text
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"

@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.entry import Results
+from ncf.models.checkpoint import load_model
+from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving.catalogue import CatalogueNeuMF, to_precision
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.entry import Results
-from models.checkpoint import load_model
-from models.neumf import NeuMF, NeuMFConfig
-from ncf import names
-from serving.catalogue import CatalogueNeuMF, to_precision
+from ncf.core import names
 
 RESERVED = 3  # Categorify's reserved codes below the first real id
 COLUMNS = (
@@ -110,9 +110,10 @@ def _random(args: argparse.Namespace, num_users: int, num_items: int) -> NeuMF:
 
 def make_checkpoint(path: Path, etl_dir: Path, seed: int) -> Path:
     """A random NeuMF of the dle preset's shape for ``etl_dir``, saved as ``ncf train`` does."""
-    from models.checkpoint import save
-    from models.data import read_metadata
-    from ncf.digest import sha256_file
+    from ncf.models.checkpoint import save
+    from ncf.models.data import read_metadata
+
+    from ncf.core.digest import sha256_file
 
     meta, _ = read_metadata(etl_dir)
     args = argparse.Namespace(checkpoint=None, seed=seed, users=0, items=0)
@@ -293,9 +294,8 @@ def triton_rows(args, n_items: int, qual: dict) -> list[dict]:
     """``recommend`` on a real tritonserver over HTTP, one client: exact fp32 / bf16 and the
     two-stage path (HNSW32, the largest --ann-candidates), each batch size."""
     import tritonclient.http as http
-
-    from serving.repository import latest_version
-    from serving.server import TritonServer
+    from ncf.serving.repository import latest_version
+    from ncf.serving.server import TritonServer
 
     model_dir = args.repo / names.MODEL_RECOMMEND
     with np.load(model_dir / str(latest_version(model_dir)) / names.ARTIFACT_VOCAB) as z:

@@ -1,6 +1,6 @@
 """``ncf bench soak``: a server under a bounded mixed load (valid and invalid requests).
 
-Starts its own tritonserver on loopback, runs ``serving.load.run_load`` (by default 60 s at
+Starts its own tritonserver on loopback, runs ``ncf.serving.load.run_load`` (by default 60 s at
 concurrency 16, a quarter of the requests invalid: unknown ids, wrong dtypes, oversized batches)
 and records: failed valid requests (must be 0), invalid requests accepted (must be 0), server RSS
 after warm-up vs at the end (within 10%), and whether the server still answers afterwards.
@@ -12,11 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.entry import Results
-from serving.load import LoadStats, run_load
-from serving.server import TritonServer
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.entry import Results
+from ncf.serving.load import LoadStats, run_load
+from ncf.serving.server import TritonServer
 
 SUMMARY_COLUMNS = (
     "duration_s",

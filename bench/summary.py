@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR
-from ncf.atomic import write_text
+from ncf.bench.common import RESULTS_DIR
+
+from ncf.core.atomic import write_text
 
 # (what, reference figure, its source) for each headline row.
 REFERENCE = {

@@ -6,9 +6,9 @@ times optimizer steps of the real ``Trainer``; the parent samples the peak RSS o
 process tree. Also times an epoch's negatives in exact vs approximate mode, and optionally a full
 timed run (``--epochs-run N``: train + evaluate every epoch, as ``ncf train`` does).
 
-    python -m bench.train --scale 0.1                  # quick, CPU
-    python -m bench.train                              # full-scale synthetic ML-20m, CPU
-    python -m bench.train --device cuda --precisions fp32 tf32 amp --procs 1 --epochs-run 30
+    python -m ncf.bench.train --scale 0.1                  # quick, CPU
+    python -m ncf.bench.train                              # full-scale synthetic ML-20m, CPU
+    python -m ncf.bench.train --device cuda --precisions fp32 tf32 amp --procs 1 --epochs-run 30
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import entry
-from bench.common import RESULTS_DIR, PeakRSS
-from bench.entry import BenchError, Results
-from bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR, PeakRSS
+from ncf.bench.entry import BenchError, Results
+from ncf.bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
 
 COLUMNS = (
     "device",
@@ -126,7 +126,7 @@ def _launch(point: TrainPoint, procs: int) -> tuple[dict, float]:
     """Run one worker (under torchrun for several processes); its result and the tree's peak RSS."""
     with tempfile.TemporaryDirectory() as tmp:
         point = dataclasses.replace(point, result=str(Path(tmp) / "result.json"))
-        worker = ["-m", "bench.train_worker", str(point.save(Path(tmp) / "point.json"))]
+        worker = ["-m", "ncf.bench.train_worker", str(point.save(Path(tmp) / "point.json"))]
         if procs > 1:
             cmd = [
                 sys.executable,
@@ -177,7 +177,7 @@ def _step_points(args: argparse.Namespace, data: Path, precisions: list[str]) ->
 
 def run(args: argparse.Namespace) -> Results:
     if args.preset_check:
-        from bench.train_preset import check_preset
+        from ncf.bench.train_preset import check_preset
 
         name = args.name if args.name != "train" else f"train-{args.preset}"
         return check_preset(
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> Results:
     )
     data = args.data
     if data is None:
-        from bench.train_data import synthetic
+        from ncf.bench.train_data import synthetic
 
         t0 = time.perf_counter()
         data = synthetic(args.scale)

@@ -1,7 +1,7 @@
 """Training benchmark data: an ETL output directory, or ``ncf synth`` data split in memory.
 
 The synthetic path needs numpy, pyarrow and torch, not NVTabular (it runs on the GPU box, which
-has none): ``datasets.synth.generate`` (ML-20m-like, planted structure), filtered, encoded and
+has none): ``ncf.sources.synth.generate`` (ML-20m-like, planted structure), filtered, encoded and
 split by the ETL's own functions (``workflows``: duplicates and users under ``--min-ratings``
 dropped, ids in ascending raw-id order as ``ncf etl --engine pandas``, each user's latest rating
 held out), and 100 evaluation negatives per user drawn uniformly among the items the user never
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from models.data import EtlData, load_etl
-from models.sampling import PositiveSet, sample_negatives
+from ncf.models.data import EtlData, load_etl
+from ncf.models.sampling import PositiveSet, sample_negatives
 
 CACHE_DIR = Path("work/bench-train")
 _KEYS = ("train_users", "train_items", "test_users", "test_items", "eval_negatives")
@@ -32,7 +31,7 @@ def split(
     Parameters
     ----------
     columns
-        ``userId``, ``movieId`` and ``timestamp`` arrays (``datasets.synth.generate``'s output).
+        ``userId``, ``movieId`` and ``timestamp`` arrays (``ncf.sources.synth.generate``'s output).
     eval_negatives
         Evaluation negatives per test user, drawn among the items the user never rated.
     seed
@@ -47,11 +46,12 @@ def split(
         ``eval_negatives [n_test, eval_negatives]``, ``num_users``, ``num_items``: dense ids in
         ascending raw-id order, as ``ncf etl --engine pandas`` assigns them.
     """
-    from ncf import names
-    from workflows.encoding import sorted_unique_encoding
-    from workflows.etl import EtlOptions, filter_ratings
-    from workflows.io import Ratings
-    from workflows.split import leave_one_out
+    from ncf.workflows.encoding import sorted_unique_encoding
+    from ncf.workflows.etl import EtlOptions, filter_ratings
+    from ncf.workflows.io import Ratings
+    from ncf.workflows.split import leave_one_out
+
+    from ncf.core import names
 
     source = Path(f"ncf synth (seed {seed})")
     raw = Ratings(
@@ -92,8 +92,9 @@ def synthetic(
     path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl.npz"
     if path.exists():
         return path
-    from datasets.synth import SynthConfig, generate
-    from ncf.atomic import write_bytes
+    from ncf.sources.synth import SynthConfig, generate
+
+    from ncf.core.atomic import write_bytes
 
     arrays = split(generate(SynthConfig(scale=scale, seed=seed)), eval_negatives, seed)
     arrays = {k: (v.astype(np.int32) if k in _KEYS else v) for k, v in arrays.items()}

@@ -4,7 +4,7 @@ DLE (PyTorch/Recommendation/NCF) trains the whole global batch at once with ``nn
 each MLP ReLU, a mean ``BCEWithLogitsLoss`` and Adam, on DLE's approximate (uniform) negatives.
 Here: the same NeuMF weights and initialisation (models/neumf.py), that forward written out with
 ``F.dropout``, the single-tensor Adam and glibc's default allocator (the worker does not call
-``models.runtime.configure``). Timing it in the same run as our step makes the speed-up robust to
+``ncf.models.runtime.configure``). Timing it in the same run as our step makes the speed-up robust to
 whatever else the machine is doing. On CUDA it also runs in DLE's GPU modes: ``tf32`` (TF32
 matmuls, DLE's "TF32" rows) and ``amp`` (fp16 autocast with a dynamic GradScaler, standing in for
 DLE's apex AMP), so that a GPU's figures compare against DLE's step on that same GPU.
@@ -16,11 +16,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-
-from models.data import EtlData
-from models.epoch import epoch_generator, gather, plan_epoch
-from models.neumf import NeuMF, NeuMFConfig
-from models.trainer import make_grad_scaler
+from ncf.models.data import EtlData
+from ncf.models.epoch import epoch_generator, gather, plan_epoch
+from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.models.trainer import make_grad_scaler
 
 
 def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """One measurement of the training benchmark, as ``bench/train.py`` hands it to its worker.
 
-The parent writes a ``TrainPoint`` to a JSON file and starts ``python -m bench.train_worker FILE``
+The parent writes a ``TrainPoint`` to a JSON file and starts ``python -m ncf.bench.train_worker FILE``
 (under ``torchrun`` for several processes); the worker reads it back with every field checked, so
 that a point the parent and the worker disagree on fails at once, naming the file and the field.
 Kept free of torch: the parent never imports it.
@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ncf.atomic import write_json
+from ncf.core.atomic import write_json
 
 MODES = ("steps", "sampling", "fit")
 # Our step's precisions: bf16 is CPU autocast, tf32 TF32 matmuls, amp CUDA fp16 autocast.

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.entry import BenchError, Results
+from ncf.bench.entry import BenchError, Results
 
 COLUMNS = (
     "seed",
@@ -99,7 +99,7 @@ def check_preset(
     extra: list[str] | None = None,
     baseline: str | None = None,
 ) -> Results:
-    """Run every seed; their rows, a mean row and a min-max row (``bench.entry`` writes them)."""
+    """Run every seed; their rows, a mean row and a min-max row (``ncf.bench.entry`` writes them)."""
     with tempfile.TemporaryDirectory() as tmp:
         rows = [one_seed(etl, preset, baseline, s, Path(tmp) / f"seed{s}", extra or [])
                 for s in seeds]  # fmt: skip

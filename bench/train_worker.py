@@ -1,6 +1,6 @@
 """One measurement of ``bench/train.py``, run in a fresh process (or torchrun process group).
 
-    python -m bench.train_worker POINT.json     # a TrainPoint (bench/train_point.py)
+    python -m ncf.bench.train_worker POINT.json     # a TrainPoint (bench/train_point.py)
 
 Modes: ``steps`` (samples/s of timed optimizer steps; precision ``dle`` times DLE's own step),
 ``sampling`` (an epoch's negatives, exact vs approximate) and ``fit`` (a full timed run: every
@@ -17,21 +17,21 @@ import time
 from pathlib import Path
 
 import torch
+from ncf.bench.train_data import load
+from ncf.bench.train_dle import time_dle_steps
+from ncf.bench.train_point import DLE_PRECISIONS, TrainPoint
+from ncf.models.distributed import DistEnv, process_group
+from ncf.models.epoch import epoch_generator, plan_epoch
+from ncf.models.evaluate import evaluate_itempop
+from ncf.models.fit import run_epochs, summarize
+from ncf.models.presets import TrainConfig
+from ncf.models.runtime import configure, default_threads
+from ncf.models.sampling import PositiveSet
+from ncf.models.trainer import RunOptions, Trainer
 
-from bench.train_data import load
-from bench.train_dle import time_dle_steps
-from bench.train_point import DLE_PRECISIONS, TrainPoint
-from models.distributed import DistEnv, process_group
-from models.epoch import epoch_generator, plan_epoch
-from models.evaluate import evaluate_itempop
-from models.fit import run_epochs, summarize
-from models.presets import TrainConfig
-from models.runtime import configure, default_threads
-from models.sampling import PositiveSet
-from models.trainer import RunOptions, Trainer
-from ncf.dllog import DLLogger
+from ncf.core.dllog import DLLogger
 
-PROG = "python -m bench.train_worker"
+PROG = "python -m ncf.bench.train_worker"
 
 
 def _sync(env: DistEnv) -> None:
@@ -174,9 +174,9 @@ def work(point: TrainPoint) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.train_worker POINT.json``: one line and exit code 2 for a bad point."""
+    """``python -m ncf.bench.train_worker POINT.json``: one line and exit code 2 for a bad point."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("point", type=Path, help="TrainPoint JSON, as bench.train writes it")
+    parser.add_argument("point", type=Path, help="TrainPoint JSON, as ncf.bench.train writes it")
     args = parser.parse_args(argv)
     try:
         point = TrainPoint.load(args.point)

@@ -1,6 +1,6 @@
 """``ncf bench triton``: throughput and latency of the served models on a real tritonserver.
 
-The bench starts its own server on loopback ports (``serving.server.TritonServer``) on an
+The bench starts its own server on loopback ports (``ncf.serving.server.TritonServer``) on an
 exported repository and loads ``neumf`` (model ids), ``ncf`` (the ensemble: raw ids -> workflow ->
 neumf) and ``recommend`` (top-K for one raw userId). For each model x protocol (HTTP, gRPC) x batch
 (1, 1024; ``recommend`` is one user per request) x concurrency (1, 4, 8, 16) it reports throughput
@@ -13,7 +13,7 @@ project's own bounded tritonclient generator (threads, one client each); the ``g
 says which produced each row.
 
     ncf export --checkpoint work/train/best.pt --data work/etl --repo triton_repo
-    python -m bench.triton --repo triton_repo
+    python -m ncf.bench.triton --repo triton_repo
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from ncf.bench import entry
+from ncf.bench.common import RESULTS_DIR
+from ncf.bench.entry import BenchError, Plot, Results
+from ncf.bench.pa_input import pa_input_data
+from ncf.serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
+from ncf.serving.server import COMPOSING_MODELS
 
-from bench import entry
-from bench.common import RESULTS_DIR
-from bench.entry import BenchError, Plot, Results
-from bench.pa_input import pa_input_data
-from ncf import names
-from serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
-from serving.server import COMPOSING_MODELS
+from ncf.core import names
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
 
@@ -423,7 +423,7 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> Results:
-    from serving.server import TritonServer
+    from ncf.serving.server import TritonServer
 
     _validate(args)
     use_pa = args.generator == "perf_analyzer" or (

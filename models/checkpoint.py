@@ -1,6 +1,6 @@
 """Checkpoints: atomic writes, a sha256 manifest beside them, ``weights_only`` loading, RNG state.
 
-Every file is written with one rename (``ncf.atomic``), so a killed writer leaves the previous
+Every file is written with one rename (``ncf.core.atomic``), so a killed writer leaves the previous
 complete checkpoint. ``checkpoints.json`` records each checkpoint's sha256; it is rewritten around
 each checkpoint write in two steps (first allowing the old and the new digest, then only the new),
 so at every moment each checkpoint on disk matches a digest listed for it.
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ncf.models.kinds import DEFAULT_KIND, MODELS, build_model
 from torch import nn
 
-from models.kinds import DEFAULT_KIND, MODELS, build_model
-from ncf.atomic import write_bytes, write_json
-from ncf.digest import sha256_bytes, sha256_file
+from ncf.core.atomic import write_bytes, write_json
+from ncf.core.digest import sha256_bytes, sha256_file
 
 MANIFEST = "checkpoints.json"
 BEST = "best.pt"

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from ncf import names
-from ncf.digest import sha256_bytes
+from ncf.core import names
+from ncf.core.digest import sha256_bytes
 
 REQUIRED_KEYS = (
     "num_users",

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from models.data import EtlData
-from models.sampling import PositiveSet, sample_negatives
+from ncf.models.data import EtlData
+from ncf.models.sampling import PositiveSet, sample_negatives
 
 
 def epoch_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:

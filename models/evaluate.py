@@ -16,22 +16,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
-
-from models import checkpoint
-from models.data import EtlData, load_etl
-from models.distributed import DistEnv, all_reduce_sum, process_group
-from models.epoch import shard_bounds
-from models.kinds import LABELS
-from models.metrics import (
+from ncf.models import checkpoint
+from ncf.models.data import EtlData, load_etl
+from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
+from ncf.models.epoch import shard_bounds
+from ncf.models.kinds import LABELS
+from ncf.models.metrics import (
     full_ranking_metrics,
     hit_ndcg,
     item_popularity,
     itempop_hit_ndcg,
     seen_csr,
 )
-from models.runtime import configure, default_threads
-from ncf.atomic import write_json
+from ncf.models.runtime import configure, default_threads
+from torch import nn
+
+from ncf.core.atomic import write_json
 
 CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
 # users [U], items [C] (int64, on one device) -> float scores [U, C]

@@ -17,12 +17,13 @@ from __future__ import annotations
 import sys
 import time
 
-from models import checkpoint
-from models.distributed import barrier
-from models.plots import learning_curve
-from models.trainer import Trainer
-from ncf.atomic import write_json
-from ncf.dllog import DLLogger
+from ncf.models import checkpoint
+from ncf.models.distributed import barrier
+from ncf.models.plots import learning_curve
+from ncf.models.trainer import Trainer
+
+from ncf.core.atomic import write_json
+from ncf.core.dllog import DLLogger
 
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "learning_curve.png"
@@ -104,7 +105,7 @@ def declare_metrics(log: DLLogger, k: int, valid: bool = False) -> None:
 
 
 def _progress(tr: Trainer, epoch: int):
-    if not tr.opts.progress:  # decided once by models.progress.show_bar
+    if not tr.opts.progress:  # decided once by ncf.models.progress.show_bar
         return None
     from tqdm import tqdm
 

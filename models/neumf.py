@@ -11,9 +11,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
 import torch
+from ncf.models.dropout import relu_dropout
 from torch import nn
-
-from models.dropout import relu_dropout
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ncf.atomic import write_figure
+from ncf.core.atomic import write_figure
 
 
 def learning_curve(

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from models.kinds import MODELS, config_class
-from models.sampling import SAMPLING_MODES
-from ncf.atomic import write_json
+from ncf.models.kinds import MODELS, config_class
+from ncf.models.sampling import SAMPLING_MODES
+
+from ncf.core.atomic import write_json
 
 CONFIG_FORMAT = "ncf-train-config/1"  # the "format" entry of a config file
 
@@ -41,9 +42,9 @@ class TrainConfig:
     patience: int = 0  # stop after this many epochs without a better selection metric; 0 = off
     grad_accumulation: int = 1  # micro-batches per optimizer step (DLE --grads_accumulated)
     micro_batch: int = 0  # largest micro-batch per rank; 0 = auto (48Ki on CPU, none on CUDA)
-    negative_sampling: str = "exact"  # one of models.sampling.SAMPLING_MODES
+    negative_sampling: str = "exact"  # one of ncf.models.sampling.SAMPLING_MODES
     seed: int = 1
-    model: str = "neumf"  # a kind of models.kinds.MODELS
+    model: str = "neumf"  # a kind of ncf.models.kinds.MODELS
     # MF's own hyperparameters (models/mf.py); ``factors`` is its embedding width.
     l2: float = 0.0
     init_std: float = 0.1

@@ -2,7 +2,7 @@
 
 Single process: ``ncf train --data ETL_DIR --out RUN``. Several processes (DDP; NCCL on GPUs,
 gloo on CPUs): ``torchrun --nproc_per_node=N -m ncf.cli train ...`` or
-``torchrun --nproc_per_node=N -m models.train ...``. Writes RUN/best.pt, last.pt,
+``torchrun --nproc_per_node=N -m ncf.models.train ...``. Writes RUN/best.pt, last.pt,
 checkpoints.json, log.json (DLLogger), metrics.json and learning_curve.png (rank 0 only).
 """
 
@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 import torch
-
-from models import checkpoint, presets
-from models.data import load_etl
-from models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
-from models.evaluate import evaluate_itempop
-from models.fit import (
+from ncf.models import checkpoint, presets
+from ncf.models.data import load_etl
+from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
+from ncf.models.evaluate import evaluate_itempop
+from ncf.models.fit import (
     LOG_FILE,
     METRICS_FILE,
     PLOT_FILE,
@@ -27,11 +26,12 @@ from models.fit import (
     run_epochs,
     write_outputs,
 )
-from models.progress import show_bar
-from models.runtime import configure, default_threads
-from models.trainer import RunOptions, Trainer
-from ncf.atomic import clean_stale
-from ncf.dllog import DLLogger
+from ncf.models.progress import show_bar
+from ncf.models.runtime import configure, default_threads
+from ncf.models.trainer import RunOptions, Trainer
+
+from ncf.core.atomic import clean_stale
+from ncf.core.dllog import DLLogger
 
 OUTPUTS = (checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE)
 
@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m models.train`` (e.g. under torchrun) with the ``ncf train`` flags."""
-    parser = argparse.ArgumentParser(prog="models.train", description=__doc__.splitlines()[0])
+    """``python -m ncf.models.train`` (e.g. under torchrun) with the ``ncf train`` flags."""
+    parser = argparse.ArgumentParser(prog="ncf.models.train", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

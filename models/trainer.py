@@ -17,19 +17,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from ncf.models import checkpoint
+from ncf.models.data import EtlData
+from ncf.models.distributed import DistEnv, all_reduce_sum
+from ncf.models.dropout import bits_supported, draw_keep_bits
+from ncf.models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
+from ncf.models.evaluate import evaluate_model
+from ncf.models.kinds import build_model
+from ncf.models.presets import TrainConfig
+from ncf.models.runtime import keep_freed_memory
+from ncf.models.sampling import PositiveSet, check_sampleable
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from models import checkpoint
-from models.data import EtlData
-from models.distributed import DistEnv, all_reduce_sum
-from models.dropout import bits_supported, draw_keep_bits
-from models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
-from models.evaluate import evaluate_model
-from models.kinds import build_model
-from models.presets import TrainConfig
-from models.runtime import keep_freed_memory
-from models.sampling import PositiveSet, check_sampleable
-from ncf import faults
+from ncf.core import faults
 
 # Default per-rank micro-batch cap on a CPU. bench/train.py at batch 1Mi, fp32, ML-20m size (2 cores):
 # 32Ki 155k samples/s 3.1 GB peak RSS; 48Ki 176k, 3.5 GB; 64Ki ~200k, 3.6-3.95 GB.
@@ -46,7 +46,7 @@ class RunOptions:
     etl_dir: Path
     amp: bool = False
     deterministic: bool = False
-    progress: bool = False  # draw the tqdm bar (models.progress.show_bar decides)
+    progress: bool = False  # draw the tqdm bar (ncf.models.progress.show_bar decides)
     preset: str = "dle"
     sampling_backend: str = "auto"
     extra: dict = field(default_factory=dict)

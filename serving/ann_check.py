@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ncf import names
+from ncf.core import names
 
 CHECK_USERS = 256  # users sampled for the recall (seeded); exact scores cost [users, catalogue]
 # The settings that decide the two-stage path, as recommend's config.pbtxt names them.

@@ -23,9 +23,8 @@ from __future__ import annotations
 import copy
 
 import torch
+from ncf.models.neumf import NeuMF
 from torch import nn
-
-from models.neumf import NeuMF
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -10,7 +10,7 @@ checkpoint and ETL, the check results, the version and a random ``export_id`` th
 outputs carry). The vocabularies of the saved NVTabular Workflow, the users' rated items, the
 training popularity ranking and the GMF vectors are exported for the ``workflow`` and
 ``recommend`` models (``serving/tables.py``). With ``--server-url`` the running server switches to
-the new version (``serving.repository.activate_version``); old versions are then pruned.
+the new version (``ncf.serving.repository.activate_version``); old versions are then pruned.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from ncf.models.checkpoint import load_model
+from ncf.models.data import read_metadata
+from ncf.models.neumf import NeuMF
+from ncf.serving import ann_check, repository, tables
+from ncf.serving.catalogue import CatalogueNeuMF, to_precision
+from ncf.serving.served import ServingNeuMF
 
-from models.checkpoint import load_model
-from models.data import read_metadata
-from models.neumf import NeuMF
-from ncf import names
-from ncf.digest import sha256_file
-from ncf.options import call_with_args
-from serving import ann_check, repository, tables
-from serving.catalogue import CatalogueNeuMF, to_precision
-from serving.served import ServingNeuMF
+from ncf.core import names
+from ncf.core.digest import sha256_file
+from ncf.core.options import call_with_args
 
 
 def random_ids(meta: dict, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from ncf.serving.client import Connection, IdPool, Inputs, connect, infer
+from ncf.serving.server import server_rss_bytes
 
-from ncf import names
-from serving.client import Connection, IdPool, Inputs, connect, infer
-from serving.server import server_rss_bytes
+from ncf.core import names
 
 
 @dataclass
@@ -36,7 +36,7 @@ Built = tuple[str, Inputs, list[str]]  # (model, inputs, outputs)
 
 
 class RequestMaker:
-    """Builds random requests from the ids in an exported repository (``serving.client.IdPool``)."""
+    """Builds random requests from the ids in an exported repository (``ncf.serving.client.IdPool``)."""
 
     def __init__(self, repo: str | Path, max_batch_size: int):
         self.pool = pool = IdPool(repo)

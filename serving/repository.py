@@ -4,7 +4,7 @@ Each ``ncf export`` writes version ``N + 1`` of every model (``N``: the newest e
 the repository, 0 for a new one): ``<repo>/<model>/<N + 1>/`` is built beside itself (the python
 model files copied in, the shared ``artifact_check.py`` beside a python ``model.py``, the
 artifacts hard-linked from one staging copy, ``manifest.json`` last) and renamed into place
-(``ncf.atomic.atomic_dir``), so the server never sees new weights with an old manifest. All models
+(``ncf.core.atomic.atomic_dir``), so the server never sees new weights with an old manifest. All models
 of one export share the version number and the manifest's ``export_id``.
 
 A running server (explicit model control, ``version_policy`` latest 1) then switches with
@@ -24,8 +24,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ncf import atomic, names
-from ncf.digest import sha256_bytes, sha256_file
+from ncf.core import atomic, names
+from ncf.core.digest import sha256_bytes, sha256_file
 
 # The committed python models live in this version folder of the project's triton_repo/.
 DEFINITION_VERSION = "1"

@@ -15,9 +15,10 @@ import sys
 import threading
 from types import FrameType
 
-from ncf import names
-from ncf.options import call_with_args
-from serving.server import LOOPBACK, TritonServer
+from ncf.serving.server import LOOPBACK, TritonServer
+
+from ncf.core import names
+from ncf.core.options import call_with_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,8 @@ Imports only torch (no onnx), so it also runs on hosts that have no ONNX package
 from __future__ import annotations
 
 import torch
+from ncf.models.neumf import NeuMF
 from torch import nn
-
-from models.neumf import NeuMF
 
 
 class ServingNeuMF(nn.Module):

@@ -1,7 +1,7 @@
 """Start and stop a real ``tritonserver`` on the model repository (the binary bundled in PyTriton).
 
 The server runs in its own process group on loopback ports (environment and backend folder from
-``serving.triton_env``); ``start()`` waits until every requested model is ready and ``stop()`` ends
+``ncf.serving.triton_env``); ``start()`` waits until every requested model is ready and ``stop()`` ends
 the whole group (server + python stubs): SIGTERM, wait, then SIGKILL.
 
 Used by ``ncf serve``, the tests and the Triton benchmark::
@@ -22,9 +22,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from ncf import names
-from serving.repository import latest_version
-from serving.triton_env import (
+from ncf.serving.repository import latest_version
+from ncf.serving.triton_env import (
     LOOPBACK,
     backend_dir,
     check_stub_numpy,
@@ -32,6 +31,8 @@ from serving.triton_env import (
     pytriton_dir,
     server_env,
 )
+
+from ncf.core import names
 
 # Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt; a test
 # checks this against the configs.

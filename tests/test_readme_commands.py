@@ -39,7 +39,7 @@ COMMANDS = _commands()
 
 
 def test_no_command_is_quoted_as_one_word():
-    """e.g. `'python -m bench.soak' --repo R` (a shlex.join of the program name) runs nothing."""
+    """e.g. `'python -m ncf.bench.soak' --repo R` (a shlex.join of the program name) runs nothing."""
     quoted = [s for s in re.findall(r"`([^`\n]+)`", README) if re.match(r"'(ncf|python) ", s)]
     assert not quoted
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from workflows.backend import array_module, dense_codes
+from ncf.workflows.backend import array_module, dense_codes
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 
 Everything that can reject the input (reading, validation, filtering, the feasibility of the
 requested negatives) runs before anything is written; the output is then built in a temporary
-directory beside ``--out`` and renamed into place (``ncf.atomic.atomic_dir``), so an interrupted
+directory beside ``--out`` and renamed into place (``ncf.core.atomic.atomic_dir``), so an interrupted
 run leaves no output directory (or the previous complete one).
 """
 
@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ncf.workflows import metadata as md
+from ncf.workflows.backend import dense_codes
+from ncf.workflows.encoding import Encoding, sorted_unique_encoding
+from ncf.workflows.io import read_ratings
+from ncf.workflows.negatives import check_feasible, sample_negatives
+from ncf.workflows.output import Outputs, write_outputs
+from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
 
-from ncf.atomic import atomic_dir, clean_stale, write_json
-from ncf.digest import sha256_file
-from ncf.names import METADATA_FILE, WORKFLOW_DIR
-from workflows import metadata as md
-from workflows.backend import dense_codes
-from workflows.encoding import Encoding, sorted_unique_encoding
-from workflows.io import read_ratings
-from workflows.negatives import check_feasible, sample_negatives
-from workflows.output import Outputs, write_outputs
-from workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
+from ncf.core.atomic import atomic_dir, clean_stale, write_json
+from ncf.core.digest import sha256_file
+from ncf.core.names import METADATA_FILE, WORKFLOW_DIR
 
 ENGINES = ("nvtabular", "pandas")
 StageFn = Callable[[str], AbstractContextManager[Any]]
@@ -124,7 +124,7 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
     if reused is not None:
         return reused
     if opts.scheduler:
-        from workflows import workflow as wfmod
+        from ncf.workflows import workflow as wfmod
 
         wfmod.connect(
             opts.scheduler
@@ -158,7 +158,7 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
 
 
 def _import_workflow_module() -> None:
-    from workflows import workflow as wfmod
+    from ncf.workflows import workflow as wfmod
 
     wfmod.import_nvtabular()
 
@@ -167,7 +167,7 @@ def filter_ratings(
     ratings: Any, min_ratings: int, negatives: int, holdout: str = "test", keep_rows: bool = False
 ) -> Kept:
     """Drop duplicate pairs, then users below ``min_ratings``, then users with too few
-    interactions for ``holdout`` (:func:`workflows.metadata.holdout_minimum`); check the negatives
+    interactions for ``holdout`` (:func:`ncf.workflows.metadata.holdout_minimum`); check the negatives
     can be drawn. ``keep_rows`` carries each rating's line number (``Kept.row``)."""
     cols = {"user": ratings.user, "item": ratings.item, "time": ratings.time}
     if keep_rows:
@@ -220,7 +220,7 @@ def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict
     workflow, backend, workers = None, "pandas", opts.workers
     with timed("fit"):
         if opts.engine == "nvtabular":
-            from workflows import workflow as wfmod
+            from ncf.workflows import workflow as wfmod
 
             if wfmod.gpu_available():
                 kept, backend = _to_device(kept), "cudf"
@@ -271,11 +271,12 @@ def _to_device(kept: Kept) -> Kept:
 
 
 def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
-    from ncf.names import RAW_ITEM, RAW_USER
-    from workflows.output import write_vocab
+    from ncf.workflows.output import write_vocab
+
+    from ncf.core.names import RAW_ITEM, RAW_USER
 
     if workflow is not None:
-        from workflows import workflow as wfmod
+        from ncf.workflows import workflow as wfmod
 
         files = wfmod.save_workflow(workflow, tmp / WORKFLOW_DIR)
         wfmod.remove_fit_dir(tmp / ".fit")

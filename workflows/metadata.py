@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ncf.names import METADATA_FILE
+from ncf.core.names import METADATA_FILE
 
 # Options that change the output; --workers does not (a test checks 1 and 2 workers agree).
 OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine", "holdout", "ties")

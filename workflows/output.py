@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from ncf.workflows.backend import to_numpy
+from ncf.workflows.encoding import Encoding
 
-from ncf.names import (
+from ncf.core.names import (
     ITEM,
     NEGATIVES_DIR,
     RAW_ITEM,
@@ -28,8 +30,6 @@ from ncf.names import (
     VALID_DIR,
     VALID_NEGATIVES_DIR,
 )
-from workflows.backend import to_numpy
-from workflows.encoding import Encoding
 
 PART_FILE = "part_0.parquet"
 ROW_GROUP = 1 << 20  # rows per parquet row group: the unit a parallel reader splits on

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows.backend import array_module, dense_codes, group_max
+from ncf.workflows.backend import array_module, dense_codes, group_max
 
 
 def pair_keys(user: Any, item: Any) -> Any:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ncf.names import RAW_ITEM, RAW_RATING, RAW_TIME, RAW_USER
+from ncf.core.names import RAW_ITEM, RAW_RATING, RAW_TIME, RAW_USER
 
 RATING_MIN, RATING_MAX = 0.5, 5.0
 ID_EXPECT = "a non-negative integer id below 2**31"

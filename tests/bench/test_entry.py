@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ncf.bench import cli as bench_cli
+from ncf.bench import entry, soak
 
-from bench import cli as bench_cli
-from bench import entry, soak
 from ncf import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["bench.readme", "bench.pa_input"]
+MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["ncf.bench.readme", "ncf.bench.pa_input"]
 
 
 def _tiny_inference(results: Path) -> list[str]:
@@ -54,7 +54,7 @@ def test_python_m_records_python_m(tmp_path: Path) -> None:
     results = tmp_path / "res ults"
     argv = _tiny_inference(results)
     done = subprocess.run(
-        [sys.executable, "-m", "bench.inference", *argv],
+        [sys.executable, "-m", "ncf.bench.inference", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -63,7 +63,7 @@ def test_python_m_records_python_m(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     command, md = _recorded(results, "inference")
-    assert command == "python -m bench.inference " + shlex.join(argv)
+    assert command == "python -m ncf.bench.inference " + shlex.join(argv)
     assert shlex.split(command)[3:] == argv and f"`{command}`" in md
 
 
@@ -91,15 +91,15 @@ def test_errors_are_one_line_with_the_program_name(capsys) -> None:
     assert err[1].startswith("ncf bench soak: error: --duration 0.0, ")
     assert entry.main(soak, bad) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("python -m bench.soak: error: --duration 0.0, ")
-    assert entry.main("bench.etl", ["--input", "no.csv"]) == 2
-    assert capsys.readouterr().err.startswith("python -m bench.etl: error: no.csv not found")
+    assert len(err) == 1 and err[0].startswith("python -m ncf.bench.soak: error: --duration 0.0, ")
+    assert entry.main("ncf.bench.etl", ["--input", "no.csv"]) == 2
+    assert capsys.readouterr().err.startswith("python -m ncf.bench.etl: error: no.csv not found")
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_bench_module_runs_through_the_entry(module: str, capsys) -> None:
     mod = importlib.import_module(module)
-    assert not hasattr(mod, "main"), f"{module} has its own main(); use bench.entry"
+    assert not hasattr(mod, "main"), f"{module} has its own main(); use ncf.bench.entry"
     assert "sys.exit(entry.main(sys.modules[__name__]))" in Path(mod.__file__).read_text()
     with pytest.raises(SystemExit) as done:
         entry.main(mod, ["--help"])

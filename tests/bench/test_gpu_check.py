@@ -11,17 +11,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ncf.bench import inference as bench_inference
+from ncf.bench import profile_step as bench_profile
+from ncf.bench import train as bench_train
 
-from bench import inference as bench_inference
-from bench import profile_step as bench_profile
-from bench import train as bench_train
 from ncf.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_MODULES = {
-    "bench.train": bench_train,
-    "bench.inference": bench_inference,
-    "bench.profile_step": bench_profile,
+    "ncf.bench.train": bench_train,
+    "ncf.bench.inference": bench_inference,
+    "ncf.bench.profile_step": bench_profile,
 }
 
 
@@ -60,11 +60,11 @@ def test_every_step_parses_and_writes_under_out(tmp_path: Path):
         "pytest",
         "ncf.cli",
         "ncf.cli",
-        "bench.train",
-        "bench.inference",
-        "bench.train",
-        "bench.profile_step",
-        "bench.train",
+        "ncf.bench.train",
+        "ncf.bench.inference",
+        "ncf.bench.train",
+        "ncf.bench.profile_step",
+        "ncf.bench.train",
     ]
     for cmd in commands:
         if cmd[1:3] == ["-m", "pytest"]:
@@ -83,4 +83,4 @@ def test_every_step_parses_and_writes_under_out(tmp_path: Path):
 @pytest.mark.parametrize("bad", [["--precisions", "tf23"], ["--batch-sizes", "1M"]])
 def test_the_parsers_do_refuse_typos(bad: list[str]):
     with pytest.raises((SystemExit, argparse.ArgumentError)):
-        _parse_module("bench.train", ["--device", "cuda", *bad])
+        _parse_module("ncf.bench.train", ["--device", "cuda", *bad])

@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from bench import entry, inference
-from models.neumf import NeuMF, NeuMFConfig
-from serving.served import ServingNeuMF
+from ncf.bench import entry, inference
+from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving.served import ServingNeuMF
 
 
 def test_summarize_hand_computed() -> None:
@@ -118,7 +117,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
     def err(argv: list[str]) -> str:
         assert entry.main(inference, argv) == 2
         lines = capsys.readouterr().err.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("python -m bench.inference: error: ")
+        assert len(lines) == 1 and lines[0].startswith("python -m ncf.bench.inference: error: ")
         return lines[0]
 
     assert "none.pt: no such checkpoint" in err(["--checkpoint", str(tmp_path / "none.pt")])

@@ -1,4 +1,4 @@
-"""bench.recommend on a tiny random model: every path's row, and agreement figures that hold by
+"""ncf.bench.recommend on a tiny random model: every path's row, and agreement figures that hold by
 construction (exact fp32 with itself; a flat index over the whole catalogue)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from ncf.bench import entry, recommend
+from ncf.models.checkpoint import load_model
 
-from bench import entry, recommend
-from models.checkpoint import load_model
-from ncf import names
+from ncf.core import names
 
 
 def test_rows_and_agreement(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.summary import headline_rows, write_summary
+from ncf.bench.summary import headline_rows, write_summary
 
 
 def _write(d, name, payload):

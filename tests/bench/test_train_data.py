@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from ncf.bench.train_data import load, split
+from ncf.models.data import load_etl
+from ncf.workflows.etl import EtlOptions, run_etl
 
-from bench.train_data import load, split
-from models.data import load_etl
-from ncf import names
-from workflows.etl import EtlOptions, run_etl
+from ncf.core import names
 
 MIN_RATINGS, NEGATIVES = 5, 4
 
@@ -60,7 +60,7 @@ def test_split_equals_the_etl(tmp_path: Path) -> None:
 
 
 def test_cached_split_loads_as_etl_data(tmp_path: Path) -> None:
-    from bench.train_data import synthetic
+    from ncf.bench.train_data import synthetic
 
     path = synthetic(0.001, cache=tmp_path)
     data = load(path, torch.device("cpu"))

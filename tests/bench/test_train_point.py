@@ -1,4 +1,4 @@
-"""bench/train_point.py: the typed point bench.train hands its worker, through a JSON file."""
+"""bench/train_point.py: the typed point ncf.bench.train hands its worker, through a JSON file."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from bench.train_point import TrainPoint
+from ncf.bench.train_point import TrainPoint
 
 POINT = TrainPoint(
     "work/etl", "cpu", "amp", 4096, "steps", warmup=1, steps=3, micro_batch=0, epochs=0
@@ -56,13 +55,13 @@ def test_missing_fields_and_non_objects(tmp_path: Path) -> None:
 
 
 def test_worker_refuses_a_bad_point_in_one_line(tmp_path: Path, capsys) -> None:
-    from bench import train_worker
+    from ncf.bench import train_worker
 
     path = tmp_path / "p.json"
     path.write_text(json.dumps({**dataclasses.asdict(POINT), "mode": "train"}))
     assert train_worker.main([str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"python -m bench.train_worker: error: {path}: TrainPoint mode='train', "
+        f"python -m ncf.bench.train_worker: error: {path}: TrainPoint mode='train', "
         f"precision='amp': modes are ('steps', 'sampling', 'fit'), precisions "
         "('fp32', 'bf16', 'tf32', 'amp', 'dle', 'dle-tf32', 'dle-amp')"
     ]

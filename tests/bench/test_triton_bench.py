@@ -7,18 +7,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ncf.bench import entry, triton
+from ncf.bench.pa_input import pa_input_data
+from ncf.serving.client import IdPool
 
-from bench import entry, triton
-from bench.pa_input import pa_input_data
-from ncf import names
-from serving.client import IdPool
+from ncf.core import names
 
 pytest.importorskip("nvtabular")  # the repository fixture fits a real NVTabular Workflow
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from serving.export import export_repository
+    from ncf.serving.export import export_repository
+
     from tests.triton_repo import etl_fixture
 
     root = tmp_path_factory.mktemp("bench-triton")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncf import names
+from ncf.core import names
 
 RESERVED = 3
 

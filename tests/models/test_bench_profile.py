@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from ncf.bench import entry, profile_step
 
-from bench import entry, profile_step
 from tests.models.conftest import parse
 
 
@@ -68,6 +68,6 @@ def test_profiles_real_steps(etl_dir: Path, tmp_path: Path):
 @pytest.mark.parametrize("bad", [["--steps", "0"], ["--batch", "0"]])
 def test_bad_arguments_are_refused(bad: list[str], tmp_path: Path, capsys):
     assert entry.main(profile_step, ["--data", str(tmp_path), *bad]) == 2
-    assert "python -m bench.profile_step: error: " in capsys.readouterr().err
+    assert "python -m ncf.bench.profile_step: error: " in capsys.readouterr().err
     with pytest.raises(ValueError, match="need steps >= 1"):
         profile_step.run(parse(profile_step, ["--data", tmp_path, *bad]))

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from bench import entry
-from bench import train as bench_train
-from bench.train_dle import time_dle_steps
-from models.data import load_etl
+from ncf.bench import entry
+from ncf.bench import train as bench_train
+from ncf.bench.train_dle import time_dle_steps
+from ncf.models.data import load_etl
 
 
 def test_points_sampling_and_timed_run(etl_dir: Path, tmp_path: Path):

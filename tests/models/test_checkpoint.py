@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from models import checkpoint
-from models.neumf import NeuMF, NeuMFConfig
+from ncf.models import checkpoint
+from ncf.models.neumf import NeuMF, NeuMFConfig
 
 
 def _state(epoch: int) -> dict:

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from ncf.bench.train_dle import time_dle_steps
+from ncf.models import train
+from ncf.models.data import load_etl
+from ncf.models.distributed import DistEnv
+from ncf.models.epoch import epoch_generator, plan_epoch
+from ncf.models.fit import METRICS_FILE
+from ncf.models.presets import TrainConfig
+from ncf.models.sampling import PositiveSet, sample_negatives
+from ncf.models.trainer import RunOptions, Trainer
 
-from bench.train_dle import time_dle_steps
-from models import train
-from models.data import load_etl
-from models.distributed import DistEnv
-from models.epoch import epoch_generator, plan_epoch
-from models.fit import METRICS_FILE
-from models.presets import TrainConfig
-from models.sampling import PositiveSet, sample_negatives
-from models.trainer import RunOptions, Trainer
 from tests.models.conftest import parse
 
 pytestmark = [

@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from ncf.models.data import load_etl
+from ncf.workflows.etl import EtlOptions, run_etl
 
-from models.data import load_etl
-from ncf import names
+from ncf.core import names
 from tests.models.etl_data import RESERVED, planted_ratings, write_etl_dir
-from workflows.etl import EtlOptions, run_etl
 
 
 @pytest.fixture()

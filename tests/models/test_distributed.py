@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from ncf.models import train
+from ncf.models.distributed import dist_env, ranks_with
+from ncf.models.fit import LOG_FILE, METRICS_FILE
+from ncf.models.runtime import default_threads
 
-from models import train
-from models.distributed import dist_env, ranks_with
-from models.fit import LOG_FILE, METRICS_FILE
-from models.runtime import default_threads
-from ncf.dllog import read_log
+from ncf.core.dllog import read_log
 from tests.models.conftest import FAST, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def test_two_nodes_equal_one_process(one_process: dict, etl_dir: Path, tmp_path:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc thread names")
 def test_leaving_the_group_joins_its_gloo_threads(tmp_path: Path):
     # A gloo thread still running at interpreter shutdown can abort the process (see
-    # models.distributed.leave_group); leaving the group must have joined them all.
+    # ncf.models.distributed.leave_group); leaving the group must have joined them all.
     probe = ["-m", "tests.models.gloo_teardown", str(tmp_path)]
     cmd = [*TORCHRUN, "--standalone", "--nproc_per_node=2", *probe]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=RUN_S)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ncf.models.dropout import draw_keep_bits, relu_dropout, scaled_keep_mask
+from ncf.models.neumf import NeuMF, NeuMFConfig
 from torch.testing import assert_close
-
-from models.dropout import draw_keep_bits, relu_dropout, scaled_keep_mask
-from models.neumf import NeuMF, NeuMFConfig
 
 
 def test_mask_reads_bit_j_of_byte_c_as_unit_8c_plus_j():

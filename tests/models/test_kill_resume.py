@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from ncf.models import checkpoint, train
+from ncf.models.fit import METRICS_FILE
 
-from models import checkpoint, train
-from models.fit import METRICS_FILE
-from ncf import faults
+from ncf.core import faults
 from tests.models.conftest import FAST, parse
 
 # 1320 training rows x (1 + 4 negatives) / batch 64: 104 optimizer steps per epoch, 6 epochs.
 ARGS = [*FAST, "--batch-size", "64", "--epochs", "6", "--deterministic"]
 STEPS_PER_EPOCH = 104
-# Checkpoint commits (ncf.atomic renames) of this run, in order: each checkpoint.save is three
+# Checkpoint commits (ncf.core.atomic renames) of this run, in order: each checkpoint.save is three
 # (manifest listing old and new digest, the .pt file, manifest listing the new digest only).
 # Epoch 0: best.pt 1-3, last.pt 4-6; epoch 1: best.pt 7-9, last.pt 10-12; after that it depends on
 # which epochs improve HR (the stack's rounding decides), so the last two commits, metrics.json and

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from models.fit import VALID_PROTOCOL
-from models.presets import PRESETS
+from ncf.models.fit import VALID_PROTOCOL
+from ncf.models.presets import PRESETS
 
 RATINGS = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small" / "ratings.csv"
 

@@ -14,8 +14,7 @@ import termios
 from pathlib import Path
 
 import pytest
-
-from models.progress import show_bar
+from ncf.models.progress import show_bar
 
 ARGS = ["--epochs", "1", "--batch-size", "256", "--threads", "1", "--device", "cpu"]
 

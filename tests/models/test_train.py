@@ -9,9 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
-from models import checkpoint, evaluate, train
-from models.fit import (
+from ncf.models import checkpoint, evaluate, train
+from ncf.models.fit import (
     DLE_PROTOCOL,
     LOG_FILE,
     METRICS_FILE,
@@ -20,13 +19,14 @@ from models.fit import (
     best_index,
     should_stop,
 )
-from models.presets import TrainConfig
-from models.trainer import Trainer
-from ncf import names
-from ncf.dllog import read_log
+from ncf.models.presets import TrainConfig
+from ncf.models.trainer import Trainer
+from ncf.workflows.etl import EtlOptions, run_etl
+
+from ncf.core import names
+from ncf.core.dllog import read_log
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
-from workflows.etl import EtlOptions, run_etl
 
 EPOCHS = 4
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from ncf.models import presets, train, tune
 from optuna.trial import TrialState
 
-from models import presets, train, tune
 from tests.models.conftest import parse
 from tests.models.etl_data import planted_ratings
 from tests.models.valid_split import write_valid_etl_dir
@@ -106,7 +106,7 @@ def test_a_study_resumes_only_the_same_search(valid_etl: Path, tmp_path: Path, c
 
 
 def test_validation_split_replaces_the_test_split(valid_etl: Path):
-    from models.data import load_etl
+    from ncf.models.data import load_etl
 
     data = load_etl(valid_etl)
     valid = tune.load_validation(data)
@@ -117,7 +117,7 @@ def test_validation_split_replaces_the_test_split(valid_etl: Path):
 
 
 def test_full_ranking_on_test_also_excludes_the_validation_item(valid_etl: Path, tmp_path: Path):
-    from models import evaluate
+    from ncf.models import evaluate
 
     run = tmp_path / "mf"
     argv = ["--data", valid_etl, "--out", run, "--model", "mf", "--epochs", "1", "--threads", "1",

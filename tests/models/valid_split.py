@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncf import names
+from ncf.core import names
 from tests.models.etl_data import RESERVED, write_etl_dir
 
 

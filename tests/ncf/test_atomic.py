@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ncf import atomic, faults
-from ncf.atomic import atomic_dir, clean_stale, write_json, write_text
+from ncf.core import atomic, faults
+from ncf.core.atomic import atomic_dir, clean_stale, write_json, write_text
 
 
 def test_write_json_roundtrip_and_no_temp_left(tmp_path):
@@ -70,7 +70,7 @@ def test_clean_stale_removes_leftovers_of_killed_writer(tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from ncf.atomic import atomic_dir, write_text
+from ncf.core.atomic import atomic_dir, write_text
 root = Path(sys.argv[1])
 for i in range(4):
     write_text(root / f"f{i}.txt", "new")

@@ -1,7 +1,7 @@
 """docker-compose.yml only runs commands that exist, with flags they accept.
 
 Each command is parsed by its program's own parser where the project has it (``ncf``, torchrun's
-``torch.distributed.run``, ``bench.pa_input``); ``tritonserver`` and ``perf_analyzer`` options are
+``torch.distributed.run``, ``ncf.bench.pa_input``); ``tritonserver`` and ``perf_analyzer`` options are
 checked against the lists for the image's release in docs/TRITON_IMAGE.md.
 """
 
@@ -79,8 +79,8 @@ def test_service_commands_exist(service):
             assert args.module and args.training_script == "ncf.cli", argv
             _check_ncf(args.training_script_args)
         elif prog == "python":
-            assert argv[1] == "-m" and argv[2] == "bench.pa_input", argv
-            from bench import pa_input
+            assert argv[1] == "-m" and argv[2] == "ncf.bench.pa_input", argv
+            from ncf.bench import pa_input
 
             parser = argparse.ArgumentParser()
             pa_input.add_arguments(parser)

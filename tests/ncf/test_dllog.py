@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ncf.dllog import DLLogger, read_log
+from ncf.core.dllog import DLLogger, read_log
 
 
 @pytest.fixture(autouse=True)

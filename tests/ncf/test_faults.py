@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ncf import faults
+from ncf.core import faults
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_parse_rejects_bad_values_naming_the_variable(value):
 
 # Passes 5 times through each point, printing before each passage.
 COUNTER = """
-from ncf import faults
+from ncf.core import faults
 for i in range(1, 6):
     print(i, flush=True)
     faults.hit(faults.OPTIMIZER_STEP)

@@ -1,4 +1,4 @@
-"""ncf.options.call_with_args: flags reach the parameters of the same name, and only those."""
+"""ncf.core.options.call_with_args: flags reach the parameters of the same name, and only those."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ncf.options import call_with_args
+from ncf.core.options import call_with_args
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ncf.report import write_report
+from ncf.cli.report import write_report
 
 
 def _write(path: Path, obj: dict) -> None:

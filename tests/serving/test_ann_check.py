@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from serving.ann_check import candidate_recall, choose, recommend_parameters
-from serving.repository import project_repo
+from ncf.serving.ann_check import candidate_recall, choose, recommend_parameters
+from ncf.serving.repository import project_repo
 
 # One user; item i's GMF inner product with the user is i: the index ranks 5, 4, 3, 2, 1, 0.
 USERS = np.array([[1.0]])

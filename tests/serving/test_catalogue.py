@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from models.neumf import NeuMF, NeuMFConfig
-from serving.catalogue import CatalogueNeuMF, to_precision
-from serving.served import ServingNeuMF
+from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving.catalogue import CatalogueNeuMF, to_precision
+from ncf.serving.served import ServingNeuMF
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The committed triton_repo/ definitions parse as Triton ModelConfig and use ncf/names.py."""
+"""The committed triton_repo/ definitions parse as Triton ModelConfig and use ncf/core/names.py."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
+from ncf.serving.repository import MODEL_ARTIFACTS, project_repo
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ncf import names
-from serving.repository import MODEL_ARTIFACTS, project_repo
+from ncf.core import names
 
 REPO = project_repo()
 ALL_MODELS = sorted(MODEL_ARTIFACTS)
@@ -245,9 +245,9 @@ def test_python_models_import_only_what_the_architecture_allows(path):
 
 
 def test_composing_models_match_the_configs():
-    """serving.server.COMPOSING_MODELS (what must be loaded beside a model) is what the CPU
+    """ncf.serving.server.COMPOSING_MODELS (what must be loaded beside a model) is what the CPU
     configs call: ensemble steps and BLS scorers."""
-    from serving.server import COMPOSING_MODELS
+    from ncf.serving.server import COMPOSING_MODELS
 
     calls = {}
     for model in ALL_MODELS:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ncf.serving.server import TritonServer
 
-from ncf import names
-from serving.server import TritonServer
+from ncf.core import names
 
 pytestmark = pytest.mark.triton
 
@@ -132,7 +132,7 @@ def test_serve_rejects_bad_ports(repo, capsys, flags, match):
 
 @pytest.mark.parametrize(("version", "ok"), [("1.26.4", True), ("2.0.0", False), ("2.5.2", False)])
 def test_numpy_2_is_refused_before_starting(version, ok):
-    from serving.triton_env import check_stub_numpy
+    from ncf.serving.triton_env import check_stub_numpy
 
     if ok:
         check_stub_numpy(version)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from workflows.backend import dense_codes, group_max, member, repeat
-from workflows.encoding import lookup, sorted_unique_encoding
+from ncf.workflows.backend import dense_codes, group_max, member, repeat
+from ncf.workflows.encoding import lookup, sorted_unique_encoding
 
 
 @pytest.mark.parametrize("big", [False, True], ids=["direct-table", "sort"])

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from workflows.backend import dense_codes, group_max, member, repeat
-from workflows.encoding import lookup
-from workflows.negatives import sample_negatives
-from workflows.split import hold_out_latest, latest_of_duplicates, leave_one_out, min_count_mask
+from ncf.workflows.backend import dense_codes, group_max, member, repeat
+from ncf.workflows.encoding import lookup
+from ncf.workflows.negatives import sample_negatives
+from ncf.workflows.split import hold_out_latest, latest_of_duplicates, leave_one_out, min_count_mask
 
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.cuda

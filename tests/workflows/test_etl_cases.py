@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ncf.cli import main
-from ncf.names import ITEM, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER, WORKFLOW_DIR
+from ncf.core.names import ITEM, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER, WORKFLOW_DIR
 from tests.workflows.helpers import etl, metadata, needs_nvtabular, outputs
 
 # user 10: items 1 (twice: t=5 and t=7, the later is kept), 2 (t=9), 3 (t=9: tie, larger id wins)
@@ -61,7 +61,7 @@ def test_hand_made_table_pandas_engine(table, tmp_path):
 
 @needs_nvtabular
 def test_hand_made_table_nvtabular_engine(table, tmp_path):
-    from workflows.workflow import import_nvtabular, quiet_merlin
+    from ncf.workflows.workflow import import_nvtabular, quiet_merlin
 
     out = tmp_path / "out"
     meta = etl(table, out, negatives=2, min_ratings=2, holdout="test")

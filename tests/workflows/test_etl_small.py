@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ncf.names import (
+from ncf.core.names import (
     ITEM,
     NEGATIVES_DIR,
     RAW_ITEM,
@@ -43,7 +43,7 @@ def raw():
 
 @pytest.fixture(scope="module")
 def workflow(small):
-    from workflows.workflow import import_nvtabular, quiet_merlin
+    from ncf.workflows.workflow import import_nvtabular, quiet_merlin
 
     nvt = import_nvtabular()
     with quiet_merlin():
@@ -52,7 +52,7 @@ def workflow(small):
 
 def encode(workflow, frame: pd.DataFrame) -> pd.DataFrame:
     """Raw ids -> model ids with the saved Workflow, as serving would."""
-    from workflows.workflow import quiet_merlin
+    from ncf.workflows.workflow import quiet_merlin
 
     with quiet_merlin():
         out = workflow.transform(frame[[RAW_USER, RAW_ITEM]].astype("int64").reset_index(drop=True))

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from ncf.workflows.split import hold_out_latest
 
-from ncf.names import (
+from ncf.core.names import (
     ITEM,
     NEGATIVES_DIR,
     TEST_DIR,
@@ -24,7 +25,6 @@ from ncf.names import (
     VALID_NEGATIVES_DIR,
 )
 from tests.workflows.helpers import SMALL, etl, needs_nvtabular, read
-from workflows.split import hold_out_latest
 
 # Lines of different users interleave, so "file order" is the order of the whole file.
 # user 1: 10@100, 30@300, 20@300, 25@300, 40@200, 60@50 (three-way tie at 300: lines 30, 20, 25)

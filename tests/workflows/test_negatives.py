@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from workflows.negatives import check_feasible, sample_negatives
+from ncf.workflows.negatives import check_feasible, sample_negatives
 
 
 def random_positives(rng: np.random.Generator, n_users: int, n_items: int, n: int):

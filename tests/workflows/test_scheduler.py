@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from ncf.workflows.etl import EtlOptions
 
 from ncf import cli
-from ncf.names import WORKFLOW_DIR
+from ncf.core.names import WORKFLOW_DIR
 from tests.workflows.helpers import REPO, SMALL, etl, metadata, needs_nvtabular, outputs
-from workflows.etl import EtlOptions
 
 distributed = pytest.importorskip("distributed")
 
@@ -172,7 +172,7 @@ def test_etl_on_a_running_cluster_equals_one_process(cluster, tmp_path):
 
 @pytest.mark.distributed
 def test_workers_that_do_not_see_the_output_directory_are_named(cluster, tmp_path):
-    from workflows.workflow import check_workers_see
+    from ncf.workflows.workflow import check_workers_see
 
     missing = tmp_path / "not-mounted-on-the-workers"
     with client_of(cluster, 2) as client:
@@ -202,7 +202,7 @@ def test_unreachable_scheduler_fails_fast_naming_address_and_fix(tmp_path, capsy
 
 @pytest.mark.distributed
 def test_scheduler_without_workers_is_reported(tmp_path):
-    from workflows.workflow import connect
+    from ncf.workflows.workflow import connect
 
     with dask_cluster(tmp_path / "dask", n_workers=0) as address:
         with pytest.raises(ValueError, match=f"scheduler at {address} has no worker after 1 s"):
@@ -210,7 +210,7 @@ def test_scheduler_without_workers_is_reported(tmp_path):
 
 
 def _parsed(*argv: str):
-    from workflows import cli as etl_cli
+    from ncf.workflows import cli as etl_cli
 
     parser = argparse.ArgumentParser()
     etl_cli.add_arguments(parser)

@@ -10,8 +10,8 @@ import sys
 import pandas as pd
 import pytest
 
-from ncf import faults
-from ncf.names import METADATA_FILE, WORKFLOW_DIR
+from ncf.core import faults
+from ncf.core.names import METADATA_FILE, WORKFLOW_DIR
 from tests.workflows.helpers import (
     REPO,
     SMALL,
@@ -59,7 +59,7 @@ def complete(out) -> bool:
     )
 
 
-# Commits (ncf.atomic renames) of one ETL run: metadata.json inside the temporary directory, then
+# Commits (ncf.core.atomic renames) of one ETL run: metadata.json inside the temporary directory, then
 # the directory itself.
 ETL_COMMITS = 2
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from datasets.synth import (
+from ncf.sources.synth import (
     MIN_USER_RATINGS,
     RATING_COUNTS,
     RATING_VALUES,
@@ -22,7 +21,9 @@ from datasets.synth import (
     sizes,
     timestamps,
 )
-from ncf import cli, names
+
+from ncf import cli
+from ncf.core import names
 
 SCALE = 0.002  # 277 users, 1,000 items, 40,001 ratings: well under a second
 

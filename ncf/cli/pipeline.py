@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from ncf import names
-from ncf.atomic import write_json
-from ncf.report import write_report
+from ncf.cli.report import write_report
+from ncf.core import names
+from ncf.core.atomic import write_json
 
 DEFAULT_INPUT = Path("data/ml-latest-small/ratings.csv")
 

@@ -2,7 +2,7 @@
 
 An interrupted writer leaves either the old target or the complete new one, never half of it
 (plus, at worst, a hidden ``.tmp-*`` sibling that the next run removes). Each rename into place is
-one ``atomic_commit`` for ``ncf.faults`` (the crash tests kill a writer just before the N-th).
+one ``atomic_commit`` for ``ncf.core.faults`` (the crash tests kill a writer just before the N-th).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ncf import faults
+from ncf.core import faults
 
 # renameat2(2) (docs/FACTS.md): AT_FDCWD, and the flag that swaps two paths in one atomic step.
 _AT_FDCWD = -100

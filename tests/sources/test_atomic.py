@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from ncf.sources.atomic import convert
 
-from datasets.atomic import convert
-from ncf import names
+from ncf.core import names
 
 HEADER = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
 

@@ -42,9 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ncf import names
-from ncf.atomic import clean_stale
-from ncf.options import call_with_args
+from ncf.core import names
+from ncf.core.atomic import clean_stale
+from ncf.core.options import call_with_args
 
 # ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
 ML20M_USERS = 138_493
@@ -459,7 +459,7 @@ def _largest_remainder(p: np.ndarray, n: int) -> np.ndarray:
 
 
 def generate(cfg: SynthConfig) -> dict[str, np.ndarray]:
-    """Generate the ratings table as columns named by ``ncf.names.RAW_COLUMNS``.
+    """Generate the ratings table as columns named by ``ncf.core.names.RAW_COLUMNS``.
 
     Returns
     -------

@@ -3,7 +3,7 @@
 RecBole's atomic files are tab-separated with a ``name:type`` header (docs/FACTS.md, "RecBole
 atomic files"); its datasets, ML-100K among them, come in this format. The user and item columns
 must hold integer tokens (MovieLens ids); rating and timestamp are numbers. The output has the
-columns of ``ratings.csv`` (``ncf.names.RAW_COLUMNS``) in the file's row order (so ``ncf etl
+columns of ``ratings.csv`` (``ncf.core.names.RAW_COLUMNS``) in the file's row order (so ``ncf etl
 --ties file-order`` sees the same order) and is written atomically.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncf import atomic, names
+from ncf.core import atomic, names
 
 # ratings.csv column -> the atomic field it comes from, by the names RecBole's MovieLens files use.
 FIELDS = {

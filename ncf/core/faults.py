@@ -1,8 +1,8 @@
 """Deterministic crash injection for the crash tests: ``NCF_FAULT=POINT:N`` kills the process.
 
 With ``NCF_FAULT=atomic_commit:3`` the process sends itself SIGKILL just before its third rename
-into place (``ncf.atomic``); with ``NCF_FAULT=optimizer_step:5``, just before its fifth optimizer
-step (``models.trainer``). The N-th operation therefore never happens: the state on disk is what a
+into place (``ncf.core.atomic``); with ``NCF_FAULT=optimizer_step:5``, just before its fifth optimizer
+step (``ncf.models.trainer``). The N-th operation therefore never happens: the state on disk is what a
 crash at that moment leaves, chosen by the test instead of by a timer. Unset (production), each
 point costs one comparison with ``None``.
 """

@@ -8,8 +8,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ncf import names
-from ncf.atomic import write_json, write_text
+from ncf.core import names
+from ncf.core.atomic import write_json, write_text
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ncf.atomic import atomic_dir, clean_stale
+from ncf.core.atomic import atomic_dir, clean_stale
 
 _BASE = "https://files.grouplens.org/datasets/movielens/"
 _CHUNK = 1 << 20
