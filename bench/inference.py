@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import BenchError, Plot, Results
+from ncf.core import names
 from ncf.models import checkpoint
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving.served import ServingNeuMF
-
-from ncf.core import names
 
 BATCH_SIZES = (1, 64, 1024, 16384, 262144, 1048576)
 BACKENDS = ("eager", "torchscript", "onnx")
@@ -156,6 +156,7 @@ def _onnx_runner(net: ServingNeuMF, precision: str, device: torch.device, exampl
         raise RuntimeError("ONNX Runtime is timed in fp32 on the CPU execution provider only")
     # Imported here: onnx/onnxruntime are not installed on every host (the GPU box).
     import onnxruntime as ort
+
     from ncf.serving.export import to_onnx
 
     # The exporter the export stage uses: torch.export-based where this torch has it, else the

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ncf.bench import entry
-from ncf.serving.client import IdPool
 
+from ncf.bench import entry
 from ncf.core import names
 from ncf.core.atomic import write_text
+from ncf.serving.client import IdPool
 
 
 def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import Results

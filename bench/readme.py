@@ -16,7 +16,6 @@ from pathlib import Path
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.summary import write_summary
-
 from ncf.core.atomic import write_text
 
 START = "<!-- results:start -->"

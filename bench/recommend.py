@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import Results
+from ncf.core import names
 from ncf.models.checkpoint import load_model
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
-
-from ncf.core import names
 
 RESERVED = 3  # Categorify's reserved codes below the first real id
 COLUMNS = (
@@ -110,10 +110,9 @@ def _random(args: argparse.Namespace, num_users: int, num_items: int) -> NeuMF:
 
 def make_checkpoint(path: Path, etl_dir: Path, seed: int) -> Path:
     """A random NeuMF of the dle preset's shape for ``etl_dir``, saved as ``ncf train`` does."""
+    from ncf.core.digest import sha256_file
     from ncf.models.checkpoint import save
     from ncf.models.data import read_metadata
-
-    from ncf.core.digest import sha256_file
 
     meta, _ = read_metadata(etl_dir)
     args = argparse.Namespace(checkpoint=None, seed=seed, users=0, items=0)
@@ -294,6 +293,7 @@ def triton_rows(args, n_items: int, qual: dict) -> list[dict]:
     """``recommend`` on a real tritonserver over HTTP, one client: exact fp32 / bf16 and the
     two-stage path (HNSW32, the largest --ann-candidates), each batch size."""
     import tritonclient.http as http
+
     from ncf.serving.repository import latest_version
     from ncf.serving.server import TritonServer
 

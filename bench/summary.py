@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ncf.bench.common import RESULTS_DIR
-
 from ncf.core.atomic import write_text
 
 # (what, reference figure, its source) for each headline row.

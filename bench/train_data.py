@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from ncf.models.data import EtlData, load_etl
 from ncf.models.sampling import PositiveSet, sample_negatives
 
@@ -46,12 +47,11 @@ def split(
         ``eval_negatives [n_test, eval_negatives]``, ``num_users``, ``num_items``: dense ids in
         ascending raw-id order, as ``ncf etl --engine pandas`` assigns them.
     """
+    from ncf.core import names
     from ncf.workflows.encoding import sorted_unique_encoding
     from ncf.workflows.etl import EtlOptions, filter_ratings
     from ncf.workflows.io import Ratings
     from ncf.workflows.split import leave_one_out
-
-    from ncf.core import names
 
     source = Path(f"ncf synth (seed {seed})")
     raw = Ratings(
@@ -92,9 +92,8 @@ def synthetic(
     path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl.npz"
     if path.exists():
         return path
-    from ncf.sources.synth import SynthConfig, generate
-
     from ncf.core.atomic import write_bytes
+    from ncf.sources.synth import SynthConfig, generate
 
     arrays = split(generate(SynthConfig(scale=scale, seed=seed)), eval_negatives, seed)
     arrays = {k: (v.astype(np.int32) if k in _KEYS else v) for k, v in arrays.items()}

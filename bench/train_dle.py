@@ -16,6 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+
 from ncf.models.data import EtlData
 from ncf.models.epoch import epoch_generator, gather, plan_epoch
 from ncf.models.neumf import NeuMF, NeuMFConfig

@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 import torch
+
 from ncf.bench.train_data import load
 from ncf.bench.train_dle import time_dle_steps
 from ncf.bench.train_point import DLE_PRECISIONS, TrainPoint
+from ncf.core.dllog import DLLogger
 from ncf.models.distributed import DistEnv, process_group
 from ncf.models.epoch import epoch_generator, plan_epoch
 from ncf.models.evaluate import evaluate_itempop
@@ -28,8 +30,6 @@ from ncf.models.presets import TrainConfig
 from ncf.models.runtime import configure, default_threads
 from ncf.models.sampling import PositiveSet
 from ncf.models.trainer import RunOptions, Trainer
-
-from ncf.core.dllog import DLLogger
 
 PROG = "python -m ncf.bench.train_worker"
 

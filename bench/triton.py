@@ -32,14 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import BenchError, Plot, Results
 from ncf.bench.pa_input import pa_input_data
+from ncf.core import names
 from ncf.serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
 from ncf.serving.server import COMPOSING_MODELS
-
-from ncf.core import names
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
 

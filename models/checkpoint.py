@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ncf.models.kinds import DEFAULT_KIND, MODELS, build_model
 from torch import nn
 
 from ncf.core.atomic import write_bytes, write_json
 from ncf.core.digest import sha256_bytes, sha256_file
+from ncf.models.kinds import DEFAULT_KIND, MODELS, build_model
 
 MANIFEST = "checkpoints.json"
 BEST = "best.pt"

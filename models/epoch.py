@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from ncf.models.data import EtlData
 from ncf.models.sampling import PositiveSet, sample_negatives
 

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
+
+from ncf.core.atomic import write_json
 from ncf.models import checkpoint
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
@@ -29,9 +32,6 @@ from ncf.models.metrics import (
     seen_csr,
 )
 from ncf.models.runtime import configure, default_threads
-from torch import nn
-
-from ncf.core.atomic import write_json
 
 CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
 # users [U], items [C] (int64, on one device) -> float scores [U, C]

@@ -17,13 +17,12 @@ from __future__ import annotations
 import sys
 import time
 
+from ncf.core.atomic import write_json
+from ncf.core.dllog import DLLogger
 from ncf.models import checkpoint
 from ncf.models.distributed import barrier
 from ncf.models.plots import learning_curve
 from ncf.models.trainer import Trainer
-
-from ncf.core.atomic import write_json
-from ncf.core.dllog import DLLogger
 
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "learning_curve.png"

@@ -5,9 +5,10 @@ One place maps a kind to its config and module, for the trainer and the checkpoi
 
 from __future__ import annotations
 
+from torch import nn
+
 from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF, NeuMFConfig
-from torch import nn
 
 MODELS: dict[str, tuple[type, type[nn.Module]]] = {
     "neumf": (NeuMFConfig, NeuMF),

@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
 import torch
-from ncf.models.dropout import relu_dropout
 from torch import nn
+
+from ncf.models.dropout import relu_dropout
 
 
 @dataclass

@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ncf.core.atomic import write_json
 from ncf.models.kinds import MODELS, config_class
 from ncf.models.sampling import SAMPLING_MODES
-
-from ncf.core.atomic import write_json
 
 CONFIG_FORMAT = "ncf-train-config/1"  # the "format" entry of a config file
 

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import torch
+
+from ncf.core.atomic import clean_stale
+from ncf.core.dllog import DLLogger
 from ncf.models import checkpoint, presets
 from ncf.models.data import load_etl
 from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
@@ -29,9 +32,6 @@ from ncf.models.fit import (
 from ncf.models.progress import show_bar
 from ncf.models.runtime import configure, default_threads
 from ncf.models.trainer import RunOptions, Trainer
-
-from ncf.core.atomic import clean_stale
-from ncf.core.dllog import DLLogger
 
 OUTPUTS = (checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE)
 

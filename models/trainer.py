@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ncf.core import faults
 from ncf.models import checkpoint
 from ncf.models.data import EtlData
 from ncf.models.distributed import DistEnv, all_reduce_sum
@@ -27,9 +30,6 @@ from ncf.models.kinds import build_model
 from ncf.models.presets import TrainConfig
 from ncf.models.runtime import keep_freed_memory
 from ncf.models.sampling import PositiveSet, check_sampleable
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-from ncf.core import faults
 
 # Default per-rank micro-batch cap on a CPU. bench/train.py at batch 1Mi, fp32, ML-20m size (2 cores):
 # 32Ki 155k samples/s 3.1 GB peak RSS; 48Ki 176k, 3.5 GB; 64Ki ~200k, 3.6-3.95 GB.

@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ncf.core import names
+from ncf.core.atomic import write_figure
 from ncf.models import presets
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, process_group
 from ncf.models.evaluate import evaluate_model
 from ncf.models.runtime import configure, default_threads
 from ncf.models.trainer import RunOptions, Trainer
-
-from ncf.core import names
-from ncf.core.atomic import write_figure
 
 VALID_DIR, VALID_NEGATIVES_DIR = names.VALID_DIR, names.VALID_NEGATIVES_DIR
 HOLDOUT_HINT = "tune needs `ncf etl --holdout valid,test`"

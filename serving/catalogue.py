@@ -23,8 +23,9 @@ from __future__ import annotations
 import copy
 
 import torch
-from ncf.models.neumf import NeuMF
 from torch import nn
+
+from ncf.models.neumf import NeuMF
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -16,9 +16,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from ncf.serving.repository import latest_version
 
 from ncf.core import names
+from ncf.serving.repository import latest_version
 
 Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
 Connection = tuple[ModuleType, Any]  # (tritonclient.http or .grpc, its InferenceServerClient)

@@ -31,16 +31,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+
+from ncf.core import names
+from ncf.core.digest import sha256_file
+from ncf.core.options import call_with_args
 from ncf.models.checkpoint import load_model
 from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF
 from ncf.serving import ann_check, repository, tables
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
 from ncf.serving.served import ServingNeuMF
-
-from ncf.core import names
-from ncf.core.digest import sha256_file
-from ncf.core.options import call_with_args
 
 
 def random_ids(meta: dict, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

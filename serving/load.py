@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from ncf.serving.client import Connection, IdPool, Inputs, connect, infer
-from ncf.serving.server import server_rss_bytes
 
 from ncf.core import names
+from ncf.serving.client import Connection, IdPool, Inputs, connect, infer
+from ncf.serving.server import server_rss_bytes
 
 
 @dataclass

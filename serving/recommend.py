@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from ncf.serving.repository import latest_version
 
 from ncf.core import names
+from ncf.serving.repository import latest_version
 
 MOVIES_FILE = "movies.csv"  # MovieLens: movieId,title,genres
 

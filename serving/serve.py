@@ -15,10 +15,9 @@ import sys
 import threading
 from types import FrameType
 
-from ncf.serving.server import LOOPBACK, TritonServer
-
 from ncf.core import names
 from ncf.core.options import call_with_args
+from ncf.serving.server import LOOPBACK, TritonServer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,9 @@ Imports only torch (no onnx), so it also runs on hosts that have no ONNX package
 from __future__ import annotations
 
 import torch
-from ncf.models.neumf import NeuMF
 from torch import nn
+
+from ncf.models.neumf import NeuMF
 
 
 class ServingNeuMF(nn.Module):

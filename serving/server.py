@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from ncf.core import names
 from ncf.serving.repository import latest_version
 from ncf.serving.triton_env import (
     LOOPBACK,
@@ -31,8 +32,6 @@ from ncf.serving.triton_env import (
     pytriton_dir,
     server_env,
 )
-
-from ncf.core import names
 
 # Models that call others (ensemble steps, the BLS scorer of recommend) in config.pbtxt; a test
 # checks this against the configs.

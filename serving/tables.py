@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from ncf.models.data import check_range, read_pairs
 
 from ncf.core import names
+from ncf.models.data import check_range, read_pairs
 
 # Categorify's code for values not seen at fit time (nvtabular.ops.categorify.OOV_OFFSET).
 CATEGORIFY_OOV = 2

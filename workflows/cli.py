@@ -95,9 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ETL with parsed ``args``; return the exit code."""
-    from ncf.workflows.etl import EtlOptions, run_etl
-
     from ncf.core.options import call_with_args
+    from ncf.workflows.etl import EtlOptions, run_etl
 
     opts = call_with_args(EtlOptions, args, scheduler=resolve_scheduler(args))
     run_etl(opts)

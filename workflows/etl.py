@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ncf.core.atomic import atomic_dir, clean_stale, write_json
+from ncf.core.digest import sha256_file
+from ncf.core.names import METADATA_FILE, WORKFLOW_DIR
 from ncf.workflows import metadata as md
 from ncf.workflows.backend import dense_codes
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
@@ -28,10 +32,6 @@ from ncf.workflows.io import read_ratings
 from ncf.workflows.negatives import check_feasible, sample_negatives
 from ncf.workflows.output import Outputs, write_outputs
 from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
-
-from ncf.core.atomic import atomic_dir, clean_stale, write_json
-from ncf.core.digest import sha256_file
-from ncf.core.names import METADATA_FILE, WORKFLOW_DIR
 
 ENGINES = ("nvtabular", "pandas")
 StageFn = Callable[[str], AbstractContextManager[Any]]
@@ -271,9 +271,8 @@ def _to_device(kept: Kept) -> Kept:
 
 
 def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
-    from ncf.workflows.output import write_vocab
-
     from ncf.core.names import RAW_ITEM, RAW_USER
+    from ncf.workflows.output import write_vocab
 
     if workflow is not None:
         from ncf.workflows import workflow as wfmod

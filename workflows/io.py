@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
-from ncf.workflows.validate import diagnose, first_violation
 
 from ncf.core.names import RAW_COLUMNS, RAW_ITEM, RAW_RATING, RAW_TIME, RAW_USER
+from ncf.workflows.validate import diagnose, first_violation
 
 CSV_HEADER = ",".join(RAW_COLUMNS)
 DAT_LAYOUT = "UserID::MovieID::Rating::Timestamp"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from ncf.workflows.backend import array_module, default_rng, member, repeat, stable_argsort
 
 MAX_ROUNDS = 200  # each round at least halves the shortfall in expectation; never reached

@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from ncf.workflows.backend import to_numpy
-from ncf.workflows.encoding import Encoding
 
 from ncf.core.names import (
     ITEM,
@@ -30,6 +28,8 @@ from ncf.core.names import (
     VALID_DIR,
     VALID_NEGATIVES_DIR,
 )
+from ncf.workflows.backend import to_numpy
+from ncf.workflows.encoding import Encoding
 
 PART_FILE = "part_0.parquet"
 ROW_GROUP = 1 << 20  # rows per parquet row group: the unit a parallel reader splits on

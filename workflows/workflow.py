@@ -27,10 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from ncf.workflows.backend import array_module, to_numpy
-from ncf.workflows.encoding import Encoding, Vocabulary
 
 from ncf.core.names import ITEM, RAW_ITEM, RAW_USER, USER
+from ncf.workflows.backend import array_module, to_numpy
+from ncf.workflows.encoding import Encoding, Vocabulary
 
 PART_ROWS = 2_500_000  # rows per Dask partition of the fit (parallel groupbys, bounded memory)
 # Known, harmless warnings of the Merlin 23.08 stack (docs/FACTS.md names their sources).

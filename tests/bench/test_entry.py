@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ncf.bench import cli as bench_cli
-from ncf.bench import entry, soak
 
 from ncf import cli
+from ncf.bench import cli as bench_cli
+from ncf.bench import entry, soak
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["ncf.bench.readme", "ncf.bench.pa_input"]

@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from ncf.bench import inference as bench_inference
 from ncf.bench import profile_step as bench_profile
 from ncf.bench import train as bench_train
-
 from ncf.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

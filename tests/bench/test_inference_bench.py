@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from ncf.bench import entry, inference
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving.served import ServingNeuMF

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ncf.bench import cli as bench_cli
-from ncf.bench.readme import END, START, replace_section, section, update_readme
 
 from ncf import cli
+from ncf.bench import cli as bench_cli
+from ncf.bench.readme import END, START, replace_section, section, update_readme
 
 README = f"# Title\n\nintro\n\n{START}\nold results\n{END}\n\n## After\nkept\n"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from ncf.bench import entry, recommend
-from ncf.models.checkpoint import load_model
 
+from ncf.bench import entry, recommend
 from ncf.core import names
+from ncf.models.checkpoint import load_model
 
 
 def test_rows_and_agreement(tmp_path):

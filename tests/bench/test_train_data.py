@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+
 from ncf.bench.train_data import load, split
+from ncf.core import names
 from ncf.models.data import load_etl
 from ncf.workflows.etl import EtlOptions, run_etl
-
-from ncf.core import names
 
 MIN_RATINGS, NEGATIVES = 5, 4
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ncf.bench.train_point import TrainPoint
 
 POINT = TrainPoint(

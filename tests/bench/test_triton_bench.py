@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from ncf.bench import entry, triton
 from ncf.bench.pa_input import pa_input_data
-from ncf.serving.client import IdPool
-
 from ncf.core import names
+from ncf.serving.client import IdPool
 
 pytest.importorskip("nvtabular")  # the repository fixture fits a real NVTabular Workflow
 
@@ -19,7 +19,6 @@ pytest.importorskip("nvtabular")  # the repository fixture fits a real NVTabular
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ncf.serving.export import export_repository
-
     from tests.triton_repo import etl_fixture
 
     root = tmp_path_factory.mktemp("bench-triton")

@@ -15,8 +15,9 @@ import weakref
 from pathlib import Path
 
 import torch
-from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
 
 
 def thread_names() -> list[str]:

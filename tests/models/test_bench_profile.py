@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from ncf.bench import entry, profile_step
 
+from ncf.bench import entry, profile_step
 from tests.models.conftest import parse
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ncf.bench import entry
 from ncf.bench import train as bench_train
 from ncf.bench.train_dle import time_dle_steps

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ncf.models import checkpoint
 from ncf.models.neumf import NeuMF, NeuMFConfig
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ncf.models import presets, train
 from ncf.models.presets import PRESETS, TrainConfig, read_config_file, resolve, write_config_file
-
 from tests.models.conftest import parse
 
 

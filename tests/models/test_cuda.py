@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ncf.bench.train_dle import time_dle_steps
 from ncf.models import train
 from ncf.models.data import load_etl
@@ -19,7 +20,6 @@ from ncf.models.fit import METRICS_FILE
 from ncf.models.presets import TrainConfig
 from ncf.models.sampling import PositiveSet, sample_negatives
 from ncf.models.trainer import RunOptions, Trainer
-
 from tests.models.conftest import parse
 
 pytestmark = [

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from ncf.models.data import load_etl
-from ncf.workflows.etl import EtlOptions, run_etl
 
 from ncf.core import names
+from ncf.models.data import load_etl
+from ncf.workflows.etl import EtlOptions, run_etl
 from tests.models.etl_data import RESERVED, planted_ratings, write_etl_dir
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.testing import assert_close
+
 from ncf.models.dropout import draw_keep_bits, relu_dropout, scaled_keep_mask
 from ncf.models.neumf import NeuMF, NeuMFConfig
-from torch.testing import assert_close
 
 
 def test_mask_reads_bit_j_of_byte_c_as_unit_8c_plus_j():

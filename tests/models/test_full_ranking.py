@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from ncf.models.metrics import full_ranking_metrics, hit_ndcg, ranking_metrics, seen_csr
 from torch.testing import assert_close
+
+from ncf.models.metrics import full_ranking_metrics, hit_ndcg, ranking_metrics, seen_csr
 
 
 def brute_force(row: list[float], seen: set[int], pos: int, k: int) -> tuple[float, float, float]:

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from ncf.models.metrics import hit_ndcg, item_popularity, itempop_hit_ndcg, rank_counts
 from torch.testing import assert_close
+
+from ncf.models.metrics import hit_ndcg, item_popularity, itempop_hit_ndcg, rank_counts
 
 
 def _one(pos: float, negs: list[float], k: int = 10) -> tuple[float, float]:

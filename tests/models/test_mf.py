@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.testing import assert_close
+
 from ncf.models import checkpoint, evaluate, train
 from ncf.models.fit import METRICS_FILE
 from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF
-from torch.testing import assert_close
-
 from tests.models.conftest import FAST, parse
 
 
@@ -93,7 +93,6 @@ def test_l2_shrinks_the_embeddings(etl_dir: Path, tmp_path: Path):
 def brute_force_full(model, etl_dir: Path, k: int = 10) -> dict[str, float]:
     """Per-user loop: score every item one pair at a time, drop training items, rank by hand."""
     from ncf.models.data import load_etl
-
     from tests.models.test_full_ranking import brute_force
 
     data = load_etl(etl_dir)

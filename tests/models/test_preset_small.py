@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ncf.models.fit import VALID_PROTOCOL
 from ncf.models.presets import PRESETS
 

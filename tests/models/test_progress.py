@@ -14,6 +14,7 @@ import termios
 from pathlib import Path
 
 import pytest
+
 from ncf.models.progress import show_bar
 
 ARGS = ["--epochs", "1", "--batch-size", "256", "--threads", "1", "--device", "cpu"]

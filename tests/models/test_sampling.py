@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ncf.models.sampling import PositiveSet, check_sampleable, sample_approximate, sample_negatives
 
 N_USERS, N_ITEMS, LO = 50, 40, 3

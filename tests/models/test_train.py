@@ -9,6 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+
+from ncf.core import names
+from ncf.core.dllog import read_log
 from ncf.models import checkpoint, evaluate, train
 from ncf.models.fit import (
     DLE_PROTOCOL,
@@ -22,9 +25,6 @@ from ncf.models.fit import (
 from ncf.models.presets import TrainConfig
 from ncf.models.trainer import Trainer
 from ncf.workflows.etl import EtlOptions, run_etl
-
-from ncf.core import names
-from ncf.core.dllog import read_log
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-from ncf.models import presets, train, tune
 from optuna.trial import TrialState
 
+from ncf.models import presets, train, tune
 from tests.models.conftest import parse
 from tests.models.etl_data import planted_ratings
 from tests.models.valid_split import write_valid_etl_dir

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ncf.serving.ann_check import candidate_recall, choose, recommend_parameters
 from ncf.serving.repository import project_repo
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
 from ncf.serving.served import ServingNeuMF

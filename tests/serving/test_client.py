@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ncf.serving.client import IdPool, as_inputs, client_module, infer_inputs
 
 from ncf.core import names
+from ncf.serving.client import IdPool, as_inputs, client_module, infer_inputs
 
 
 @pytest.fixture

@@ -13,14 +13,14 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 import torch
+
+from ncf.cli import main
+from ncf.core import names
 from ncf.models.checkpoint import load_model
 from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving import export, repository, tables
 from ncf.serving.repository import MODEL_ARTIFACTS
-
-from ncf.cli import main
-from ncf.core import names
 from tests.triton_repo import etl_fixture
 
 

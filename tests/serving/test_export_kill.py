@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ncf.serving import export
-from ncf.serving.repository import MODEL_ARTIFACTS, versions
 
 from ncf.core import faults, names
+from ncf.serving import export
+from ncf.serving.repository import MODEL_ARTIFACTS, versions
 from tests.triton_repo import etl_fixture
 
 pytestmark = pytest.mark.slow

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from ncf.sources.atomic import convert
 
 from ncf.core import names
+from ncf.sources.atomic import convert
 
 HEADER = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ncf.sources.download import ARCHIVES, Archive, download, extract, fetch, verify_file
 
 from ncf import cli
+from ncf.sources.download import ARCHIVES, Archive, download, extract, fetch, verify_file
 
 RATINGS = "userId,movieId,rating,timestamp\n1,10,4.0,964982703\n2,20,3.5,964981247\n"
 

@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from ncf import cli
+from ncf.core import names
 from ncf.sources.synth import (
     MIN_USER_RATINGS,
     RATING_COUNTS,
@@ -21,9 +24,6 @@ from ncf.sources.synth import (
     sizes,
     timestamps,
 )
-
-from ncf import cli
-from ncf.core import names
 
 SCALE = 0.002  # 277 users, 1,000 items, 40,001 ratings: well under a second
 

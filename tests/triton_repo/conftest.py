@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from ncf.models.checkpoint import load_model
 from ncf.serving.client import connect
 from ncf.serving.export import ServingNeuMF, export_repository
 from ncf.serving.server import TritonServer
-
 from tests.triton_repo import etl_fixture
 
 

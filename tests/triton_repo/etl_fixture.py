@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from ncf.models.neumf import NeuMF, NeuMFConfig
 
 from ncf.core import names
+from ncf.models.neumf import NeuMF, NeuMFConfig
 
 RATINGS = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small" / "ratings.csv"
 RESERVED = 3  # Categorify codes 0, 1, 2: padding, null, out-of-vocabulary

@@ -7,10 +7,10 @@ from functools import partial
 
 import numpy as np
 import pytest
-from ncf.serving.client import infer, infer_inputs
 from tritonclient.utils import InferenceServerException
 
 from ncf.core import names
+from ncf.serving.client import infer, infer_inputs
 
 pytestmark = pytest.mark.triton
 

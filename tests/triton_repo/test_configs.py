@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from ncf.serving.repository import MODEL_ARTIFACTS, project_repo
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ncf.core import names
+from ncf.serving.repository import MODEL_ARTIFACTS, project_repo
 
 REPO = project_repo()
 ALL_MODELS = sorted(MODEL_ARTIFACTS)

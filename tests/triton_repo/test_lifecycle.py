@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ncf.serving.server import TritonServer
 
 from ncf.core import names
+from ncf.serving.server import TritonServer
 
 pytestmark = pytest.mark.triton
 

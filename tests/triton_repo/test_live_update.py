@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from ncf.core import names
 from ncf.serving import repository
 from ncf.serving.export import export_repository
 from ncf.serving.server import TritonServer
-
-from ncf.core import names
 from tests.triton_repo import etl_fixture
 
 pytestmark = pytest.mark.triton

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+
 from ncf.serving.load import LoadStats, Request, run_load
 
 THREADS, UPDATES = 8, 2_000

@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from ncf.serving.client import infer
-from ncf.serving.server import TritonServer
 
 from ncf.core import names
+from ncf.serving.client import infer
+from ncf.serving.server import TritonServer
 
 pytestmark = pytest.mark.triton
 

@@ -10,14 +10,14 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 import pytest
-from ncf.models.data import read_pairs
-from ncf.serving.client import infer
-from ncf.serving.recommend import movie_titles, movies_path
-from ncf.serving.repository import latest_version
 from tritonclient.utils import InferenceServerException
 
 from ncf.cli import main
 from ncf.core import names
+from ncf.models.data import read_pairs
+from ncf.serving.client import infer
+from ncf.serving.recommend import movie_titles, movies_path
+from ncf.serving.repository import latest_version
 from tests.triton_repo import etl_fixture
 from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from ncf.serving.client import infer
 
 from ncf.core import names
+from ncf.serving.client import infer
 from tests.triton_repo import etl_fixture
 
 pytestmark = pytest.mark.triton

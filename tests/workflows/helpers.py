@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from ncf.workflows.etl import EtlOptions, run_etl
 
 from ncf.core.names import ITEM, METADATA_FILE, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER
+from ncf.workflows.etl import EtlOptions, run_etl
 
 REPO = Path(__file__).resolve().parents[2]
 # Hosts without Merlin (e.g. the lent GPU box) run only the --engine pandas tests.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ncf.workflows.backend import dense_codes, group_max, member, repeat
 from ncf.workflows.encoding import lookup, sorted_unique_encoding
 

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from ncf.workflows.split import hold_out_latest
 
 from ncf.core.names import (
     ITEM,
@@ -24,6 +23,7 @@ from ncf.core.names import (
     VALID_DIR,
     VALID_NEGATIVES_DIR,
 )
+from ncf.workflows.split import hold_out_latest
 from tests.workflows.helpers import SMALL, etl, needs_nvtabular, read
 
 # Lines of different users interleave, so "file order" is the order of the whole file.

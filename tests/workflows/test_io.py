@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from ncf.workflows.io import detect_format, read_ratings
 
 HEADER = "userId,movieId,rating,timestamp"

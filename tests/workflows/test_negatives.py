@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ncf.workflows.negatives import check_feasible, sample_negatives
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from ncf.workflows.etl import EtlOptions
 
 from ncf import cli
 from ncf.core.names import WORKFLOW_DIR
+from ncf.workflows.etl import EtlOptions
 from tests.workflows.helpers import REPO, SMALL, etl, metadata, needs_nvtabular, outputs
 
 distributed = pytest.importorskip("distributed")

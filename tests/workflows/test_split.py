@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from ncf.workflows.split import latest_of_duplicates, leave_one_out, min_count_mask, split_frame
 
 
