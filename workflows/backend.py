@@ -54,7 +54,7 @@ def group_max(values: Any, groups: Any, n_groups: int, fill: int) -> Any:
     xp = array_module(values, groups)
     out = xp.full(n_groups, fill, dtype=xp.int64)
     if xp is np:
-        # O(n) scatter; numpy >= 1.25 made ufunc.at fast (0.13 s for 20M values).
+        # O(n) scatter (ufunc.at is fast from numpy 1.25 on).
         np.maximum.at(out, groups, values.astype(np.int64, copy=False))
     else:
         import cupyx

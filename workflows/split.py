@@ -161,24 +161,3 @@ def hold_out_latest(user: Any, tie: Any, time: Any, n_users: int, n_held: int) -
             raise RuntimeError("hold_out_latest: a user has fewer rows than held-out splits")
         masks.append(mask)
     return masks
-
-
-def split_frame(df: Any, user: str, item: str, time: str) -> tuple[Any, Any]:
-    """Leave-one-out split of a pandas or cuDF frame (duplicates and small users already removed).
-
-    Parameters
-    ----------
-    df
-        Frame with integer columns ``user``, ``item`` and ``time``.
-    user, item, time
-        Column names.
-
-    Returns
-    -------
-    train, test
-        Frames of the same type; ``test`` has one row per user, sorted by ``user``.
-    """
-    codes, uniques = dense_codes(df[user].values)
-    mask = leave_one_out(codes, df[item].values, df[time].values, int(uniques.size))
-    test = df[mask].sort_values(user)  # one row per user: no ties to keep stable
-    return df[~mask], test

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from ncf.workflows.split import latest_of_duplicates, leave_one_out, min_count_mask, split_frame
+from ncf.workflows.split import latest_of_duplicates, leave_one_out, min_count_mask
 
 
 def arr(*values: int) -> np.ndarray:
@@ -54,10 +53,3 @@ def test_leave_one_out_one_test_row_per_user():
     # user 0: times 4,8 -> row 2; user 1: tie at 1 -> item 5 (row 4); user 2: tie at 7 -> item 6 (row 5)
     test = leave_one_out(user, item, time, 3)
     assert np.flatnonzero(test).tolist() == [2, 4, 5]
-
-
-def test_split_frame_on_pandas():
-    df = pd.DataFrame({"u": [30, 10, 10, 30, 10], "i": [1, 2, 3, 4, 5], "t": [1, 9, 9, 2, 3]})
-    train, test = split_frame(df, "u", "i", "t")
-    assert test[["u", "i"]].values.tolist() == [[10, 3], [30, 4]]
-    assert sorted(train["i"].tolist()) == [1, 2, 5]
