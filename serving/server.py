@@ -166,6 +166,11 @@ class TritonServer:
         """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code of a server that has exited (negative: the signal), else None."""
+        return self._proc.poll() if self._proc is not None else None
+
     # -- lifecycle -------------------------------------------------------------------------
     def command(self) -> list[str]:
         """The tritonserver command line (ports must be resolved)."""
@@ -218,13 +223,29 @@ class TritonServer:
                     raise
         return self
 
-    def _spawn(self) -> None:
+    def reap(self, timeout: float = 10.0) -> None:
+        """Kill what is left of the server's process group (its python stubs) and wait for it."""
+        if self._proc is None:
+            return
+        self._terminate()
+        deadline = time.monotonic() + timeout
+        while _group_alive(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def restart(self, timeout: float = 120.0) -> TritonServer:
+        """Start a server that has died again, on the same ports, appending to the same log."""
+        self.reap()
+        self._spawn(append=True)
+        self._wait_ready(timeout)
+        return self
+
+    def _spawn(self, append: bool = False) -> None:
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="ncf-tritonserver-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab" if append else "wb") as log:
             # Own session/process group: stop() signals the server and its python stubs at once.
             self._proc = subprocess.Popen(
                 self.command(),
@@ -316,6 +337,16 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass  # the group is already gone
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _http_ok(url: str) -> bool:

@@ -1,5 +1,5 @@
 """The README's commands are true: every `ncf ...`, `torchrun ... -m ncf.cli ...` and
-`python -m bench.* ...` it shows parses with the project's own parsers (the end-to-end tests run
+`python -m ncf.bench.* ...` it shows parses with the project's own parsers (the end-to-end tests run
 the stages themselves)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _commands() -> list[str]:
             label = "..." in part or "<" in part or re.fullmatch(r"ncf \w+", part)
             if label:  # a stage's name in a table ("ncf etl"), not a command to run
                 continue
-            if re.match(r"(ncf \w|torchrun .*-m ncf\.cli |python -m bench\.\w+)", part):
+            if re.match(r"(ncf \w|torchrun .*-m ncf\.cli |python -m ncf\.bench\.\w+)", part):
                 found.append(part)
     return sorted(set(found))
 
@@ -48,7 +48,7 @@ def test_the_readme_shows_every_stage():
     stages = {c.split()[1] for c in COMMANDS if c.startswith("ncf ")}
     assert {"synth", "etl", "train", "evaluate", "export", "serve", "bench", "run"} <= stages
     assert any(c.startswith("torchrun") for c in COMMANDS)
-    assert len([c for c in COMMANDS if c.startswith("python -m bench.")]) >= 5
+    assert len([c for c in COMMANDS if c.startswith("python -m ncf.bench.")]) >= 5
 
 
 @pytest.mark.parametrize("command", COMMANDS)

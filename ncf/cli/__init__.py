@@ -84,7 +84,7 @@ def build_parser(stages: Sequence[str] | None = None) -> argparse.ArgumentParser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_) in STAGES.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        if stages is not None and name in stages:
+        if stages is None or name in stages:
             mod = importlib.import_module(module)
             if hasattr(mod, "add_arguments"):
                 mod.add_arguments(p)
