@@ -186,3 +186,12 @@ def test_the_gpu_server_loads_every_model_its_models_call():
         if cfg.backend == "python":
             source = (ROOT / "triton_repo" / model / "1" / "model.py").read_text(encoding="utf-8")
             assert "import torch" not in source, model
+
+
+def test_triton_is_restarted_and_health_checked():
+    triton = COMPOSE["services"]["triton"]
+    assert triton["restart"] == "on-failure:5"
+    probe = triton["healthcheck"]["test"]
+    assert probe[:2] == ["CMD", "python3"] and "/v2/health/ready" in probe[-1]
+    compile(probe[-1], "healthcheck", "exec")  # the probe is valid Python
+    assert COMPOSE["services"]["bench"]["depends_on"]["triton"]["condition"] == "service_healthy"
