@@ -7,6 +7,9 @@ Formats (chosen by content and extension):
 - ``::``-separated (ML-1M ``ratings.dat``): ``UserID::MovieID::Rating::Timestamp`` without a
   header. Chosen when the file name ends in ``.dat`` or its first line contains ``::``.
 
+A file ending in ``.gz`` or ``.bz2`` is read decompressed (as Arrow does by extension); a
+compressed file without that ending, or a zip archive, is refused with what to do.
+
 Every line is one rating (LF or CRLF ends); an empty line is an error, so row numbers in error
 messages are true 1-based line numbers of the file (the header is line 1). Values: ids are
 decimal integers in ``[0, 2**31)``, ratings numbers in ``[0.5, 5]``, timestamps non-negative
@@ -55,10 +58,40 @@ class Ratings:
         return int(self.user.size)
 
 
+# Compressed inputs: the endings Arrow decompresses, and the magic bytes of what it would not.
+COMPRESSED = {".gz": "gzip", ".bz2": "bz2"}
+MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ": "xz"}
+ZIP_MAGIC = b"PK\x03\x04"
+
+
 def detect_format(path: str | Path) -> str:
     """``"dat"`` for ML-1M style ``::`` files, ``"csv"`` otherwise (see the module docstring)."""
     path = Path(path)
-    return "dat" if path.suffix == ".dat" or "::" in _first_line(path) else "csv"
+    name = path.name.removesuffix(path.suffix) if path.suffix in COMPRESSED else path.name
+    return "dat" if name.endswith(".dat") or "::" in _first_line(path) else "csv"
+
+
+def _check_compression(path: Path) -> None:
+    """Refuse compressed data that Arrow would read as text (a zip, or no known ending)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(ZIP_MAGIC):
+        raise ValueError(
+            f"{path} is a zip archive: unpack it first (unzip; `ncf download` unpacks "
+            "the GroupLens archives) and pass the ratings.csv or ratings.dat inside"
+        )
+    kind = next((k for magic, k in MAGIC.items() if head.startswith(magic)), None)
+    if kind is not None and COMPRESSED.get(path.suffix) != kind:
+        ends = ", ".join(f"{e} ({k})" for e, k in COMPRESSED.items())
+        raise ValueError(
+            f"{path} is {kind}-compressed but not named for it: unpack it, or (for {ends}) "
+            "give it that ending so it is read decompressed"
+        )
+
+
+def _open(path: Path) -> pa.NativeFile:
+    """The file's bytes, decompressed when its ending says so."""
+    return pa.input_stream(str(path), compression="detect")
 
 
 def read_ratings(path: str | Path) -> Ratings:
@@ -110,8 +143,10 @@ def _check_file(path: Path) -> None:
         )
     if not path.is_file():
         raise ValueError(f"{path} is not a file; pass --input PATH to a ratings.csv or ratings.dat")
-    size = path.stat().st_size
-    if size == 0 or (size == len(BOM) and path.read_bytes() == BOM):
+    _check_compression(path)
+    with _open(path) as f:
+        start = f.read(len(BOM) + 1)  # decompressed
+    if start in (b"", BOM):
         raise ValueError(
             f"{path} is empty: expected the header {CSV_HEADER} and one rating per line "
             f"(or ML-1M lines {DAT_LAYOUT})"
@@ -120,15 +155,19 @@ def _check_file(path: Path) -> None:
 
 def _header_only(path: Path, fmt: str) -> bool:
     """True for a CSV holding just its header line (Arrow then fails to infer the columns)."""
-    if fmt != "csv" or path.stat().st_size > 1 << 16:
+    if fmt != "csv":
         return False
-    data = path.read_bytes().removeprefix(BOM)
+    with _open(path) as f:
+        data = f.read((1 << 16) + 1)
+    if len(data) > 1 << 16:
+        return False
+    data = data.removeprefix(BOM)
     return b"\n" not in data.removesuffix(b"\n").removesuffix(b"\r")
 
 
 def _first_line(path: Path) -> str:
-    with open(path, "rb") as f:
-        raw = f.readline(1 << 16)
+    with _open(path) as f:
+        raw = f.read(1 << 16).split(b"\n", 1)[0]
     raw = raw.removeprefix(BOM).rstrip(b"\r\n")
     try:
         return raw.decode("utf-8")

@@ -6,6 +6,7 @@ Both report the first offending line as ``line L, column 'c': value 'v' ...; exp
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,23 @@ def _bad_text(col: pa.ChunkedArray, name: str) -> np.ndarray:
     return ~ok.to_numpy()
 
 
+def _first_non_utf8_line(path: Path, block: int = 16 << 20) -> tuple[int, bytes] | None:
+    """(1-based line number, bytes) of the file's first line that is not UTF-8, or None."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines_before, tail = 0, b""  # tail: the bytes of the current (unfinished) line so far
+    with pa.input_stream(str(path), compression="detect") as f:
+        while chunk := f.read(block):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                head, bad = chunk[: exc.start], chunk[exc.start :]
+                line = (tail + head).rsplit(b"\n", 1)[-1] + bad.split(b"\n", 1)[0]
+                return lines_before + head.count(b"\n") + 1, line.rstrip(b"\r")
+            lines_before += chunk.count(b"\n")
+            tail = (tail + chunk).rsplit(b"\n", 1)[-1][-4096:]
+    return None
+
+
 def diagnose(
     path: Path,
     read: pacsv.ReadOptions,
@@ -102,6 +120,10 @@ def diagnose(
     Arrow's typed reader reports neither the line of a conversion error nor, when multi-threaded,
     of a line with the wrong number of fields; this pass finds both.
     """
+    not_utf8 = _first_non_utf8_line(path)
+    if not_utf8 is not None:  # Arrow's text kernels and its invalid-row handler need UTF-8
+        number, line = not_utf8
+        return f"line {number}: bytes that are not UTF-8 ({line[:80]!r}); expected {layout}"
     first_bad_row: list[pa.csv.InvalidRow] = []
 
     def on_invalid(row: pa.csv.InvalidRow) -> str:

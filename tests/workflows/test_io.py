@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import re
 from pathlib import Path
 
@@ -159,7 +161,18 @@ def reference(data: bytes, dat: bool) -> tuple[str, object]:
     data = data.removeprefix(b"\xef\xbb\xbf")
     if not data:
         return "bad", "empty"
-    text = data.decode()
+    raw = data.split(b"\n")
+    if data.endswith(b"\n"):
+        raw = raw[:-1]
+    not_utf8 = set()  # lines that are not UTF-8: bad where they come
+    for number, line in enumerate(raw, start=1):
+        try:
+            line.decode()
+        except UnicodeDecodeError:
+            not_utf8.add(number)
+    if 1 in not_utf8:
+        return "bad", 1
+    text = data.decode("utf-8", "surrogateescape")
     lines = [ln.removesuffix("\r") for ln in text.split("\n")]
     if text.endswith("\n"):
         lines = lines[:-1]
@@ -177,6 +190,8 @@ def reference(data: bytes, dat: bool) -> tuple[str, object]:
         return "bad", "no rows"
     rows = []
     for number, line in enumerate(body, start=first):
+        if number in not_utf8:
+            return "bad", number
         fields = line.split(sep)
         if len(fields) != len(names) or not all(
             (f == "" if n == "_" else _valid(n, f)) for n, f in zip(names, fields, strict=True)
@@ -217,6 +232,9 @@ def ratings_files(draw) -> tuple[bytes, bool]:
         line = sep.join(fields)
         if draw(st.integers(0, 9)) == 0:
             line = line[: draw(st.integers(0, len(line)))]  # truncated line
+        if draw(st.integers(0, 14)) == 0:  # a byte that is not UTF-8
+            at = draw(st.integers(0, len(line)))
+            line = line[:at] + draw(st.sampled_from(["\udcff", "\udce9"])) + line[at:]
         rows.append(line)
     if not dat:
         header = draw(
@@ -235,16 +253,17 @@ def ratings_files(draw) -> tuple[bytes, bool]:
     end = draw(st.sampled_from(["\n", "\r\n"]))
     text = end.join(rows) + (end if rows and draw(st.booleans()) else "")
     bom = b"\xef\xbb\xbf" if draw(st.integers(0, 4)) == 0 else b""
-    return bom + text.encode(), dat
+    return bom + text.encode("utf-8", "surrogateescape"), dat, draw(st.integers(0, 4)) == 0
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(case=ratings_files())
 def test_fuzzed_files_load_as_documented_or_fail_clearly(tmp_path, case):
-    data, dat = case
-    path = write(tmp_path, data, "ratings.dat" if dat else "ratings.csv")
+    data, dat, gz = case  # a fifth of the files are gzip-compressed, named .gz
+    name = ("ratings.dat" if dat else "ratings.csv") + (".gz" if gz else "")
+    path = write(tmp_path, gzip.compress(data, mtime=0) if gz else data, name)
     verdict, detail = reference(data, dat)
     if verdict == "ok":
         r = read_ratings(path)
@@ -262,3 +281,32 @@ def test_fuzzed_files_load_as_documented_or_fail_clearly(tmp_path, case):
         assert "no ratings" in message
     else:
         assert f"line {detail}" in message, message
+
+
+def test_a_row_that_is_not_utf8_is_named_by_line_and_column(tmp_path):
+    path = write(tmp_path, f"{HEADER}\n1,2,3.0,100\n1,3".encode() + b"\xff,3.0,101\n")
+    with pytest.raises(
+        ValueError, match=r"line 3: bytes that are not UTF-8 \(b'1,3\\xff,3.0,101'\)"
+    ):
+        read_ratings(path)
+
+
+@pytest.mark.parametrize("suffix, pack", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_compressed_input_is_read_decompressed(tmp_path, suffix, pack):
+    text = f"{HEADER}\n1,2,3.0,100\n4,5,4.5,101\n".encode()
+    plain = read_ratings(write(tmp_path, text))
+    packed = read_ratings(write(tmp_path, pack(text), "ratings.csv" + suffix))
+    for col in ("user", "item", "time"):
+        np.testing.assert_array_equal(getattr(packed, col), getattr(plain, col))
+
+
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("ratings.csv", gzip.compress(b"userId,movieId,rating,timestamp\n"), "gzip-compressed but not named"),
+        ("ml-20m.zip", b"PK\x03\x04rest", "is a zip archive: unpack it first"),
+    ],
+)  # fmt: skip
+def test_compressed_input_it_cannot_read_is_named(tmp_path, name, data, message):
+    with pytest.raises(ValueError, match=message):
+        read_ratings(write(tmp_path, data, name))
