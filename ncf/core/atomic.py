@@ -79,8 +79,74 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+# The file inside an output directory that names the command that wrote it: ``--force`` replaces
+# a directory only when it holds this marker with the same command's name.
+OUTPUT_MARKER = ".ncf-output.json"
+MARKER_FORMAT = "ncf-output/1"
+
+
+def owner_of(path: str | os.PathLike) -> str | None:
+    """The command (``"etl"``, ...) whose output directory ``path`` is, by its marker; else None."""
+    marker = Path(path) / OUTPUT_MARKER
+    try:
+        doc = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(doc, dict) and doc.get("format") == MARKER_FORMAT
+    return doc.get("stage") if ok else None
+
+
+def _describe(path: Path) -> str:
+    """What stands at ``path``, for an error message."""
+    if not path.is_dir():
+        return "a file"
+    names = sorted(p.name for p in path.iterdir())
+    if not names:
+        return "an empty folder"
+    owner = owner_of(path)
+    if owner is not None:
+        return f"an output of `ncf {owner}`"
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"a folder of {len(names)} entries not written by this project ({shown})"
+
+
+def check_replaceable(
+    target: str | os.PathLike, owner: str, inputs: tuple[str | os.PathLike, ...] = ()
+) -> None:
+    """Raise unless ``target`` is absent or an output of ``ncf OWNER`` that holds no input.
+
+    Raises
+    ------
+    ValueError
+        An input of the command lies inside ``target``.
+    FileExistsError
+        ``target`` exists and is not an output of ``ncf OWNER``; the message says what it is.
+    """
+    target = Path(target)
+    if not target.exists():
+        return
+    for given in inputs:
+        if Path(given).resolve().is_relative_to(target.resolve()):
+            raise ValueError(
+                f"the input {given} lies inside {target}, which this command would replace: "
+                "choose an output outside the input's folder"
+            )
+    if target.is_dir() and owner_of(target) == owner:
+        return
+    what = _describe(target)
+    raise FileExistsError(
+        f"{target} is {what}: `ncf {owner}` replaces only its own output (with --force); "
+        "choose another output path, or move that one away"
+    )
+
+
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(
+    target: str | os.PathLike,
+    overwrite: bool = False,
+    owner: str | None = None,
+    inputs: tuple[str | os.PathLike, ...] = (),
+) -> Iterator[Path]:
     """Build a directory under a temporary name and rename it to ``target`` on success.
 
     Parameters
@@ -89,6 +155,11 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
         Final directory. It must not exist unless ``overwrite`` is true.
     overwrite
         Replace an existing ``target`` (the old one is removed only after the new one is complete).
+    owner
+        The command writing it (``"etl"``): the new directory gets the marker naming it, and an
+        existing ``target`` is replaced only if it holds the same marker (``check_replaceable``).
+    inputs
+        The command's input paths: none may lie inside a ``target`` to be replaced.
 
     Yields
     ------
@@ -96,6 +167,8 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
         The temporary directory to fill. On an exception it is deleted and ``target`` is untouched.
     """
     target = Path(target)
+    if target.exists() and owner is not None:
+        check_replaceable(target, owner, inputs)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -103,6 +176,8 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         yield tmp
+        if owner is not None:
+            write_json(tmp / OUTPUT_MARKER, {"format": MARKER_FORMAT, "stage": owner})
         _fsync_dir(tmp)
         faults.hit(faults.ATOMIC_COMMIT)
         if target.exists():
@@ -143,7 +218,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     there.
     """
     if _exchange(tmp, target):
-        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
+        _remove(tmp)  # tmp now holds the old target, a directory or a file
         return
     old = _parked(target)
     os.replace(target, old)
@@ -152,7 +227,15 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     except BaseException:
         os.replace(old, target)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def clean_stale(target: str | os.PathLike) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ncf.core import atomic, faults
-from ncf.core.atomic import atomic_dir, clean_stale, write_json, write_text
+from ncf.core.atomic import atomic_dir, clean_stale, owner_of, write_json, write_text
 
 
 def test_write_json_roundtrip_and_no_temp_left(tmp_path):
@@ -154,3 +154,54 @@ def test_overwrite_without_exchange_uses_two_renames(tmp_path, monkeypatch):
             (tmp / "v").write_text(text)
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
     assert [p.read_text() for p in target.iterdir()] == ["second"]
+
+
+def _write(target, owner, overwrite=False, inputs=()):
+    with atomic_dir(target, overwrite=overwrite, owner=owner, inputs=inputs) as tmp:
+        (tmp / "out.txt").write_text("new")
+
+
+def test_an_owned_output_is_replaced_and_marked(tmp_path):
+    target = tmp_path / "etl"
+    _write(target, "etl")
+    assert owner_of(target) == "etl"
+    with pytest.raises(FileExistsError, match="pass --force"):
+        _write(target, "etl")
+    _write(target, "etl", overwrite=True)
+    assert owner_of(target) == "etl" and (target / "out.txt").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["etl"]  # nothing hidden left beside it
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda t: (t.mkdir(), (t / "ratings.csv").write_text("x")), r"a folder of 1 entries not written by this project \(ratings.csv\)"),
+        (lambda t: t.write_text("x"), "is a file"),
+        (lambda t: _write(t, "train"), "is an output of `ncf train`"),
+    ],
+)  # fmt: skip
+def test_force_never_replaces_what_the_command_did_not_write(tmp_path, make, what):
+    target = tmp_path / "out"
+    make(target)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(FileExistsError, match=what):
+        _write(target, "etl", overwrite=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # untouched, no temp left
+
+
+def test_the_input_is_never_inside_what_is_replaced(tmp_path):
+    target = tmp_path / "d"
+    _write(target, "etl")
+    (target / "ratings.csv").write_text("input")
+    with pytest.raises(ValueError, match="lies inside"):
+        _write(target, "etl", overwrite=True, inputs=(target / "ratings.csv",))
+    assert (target / "ratings.csv").read_text() == "input"
+
+
+def test_replacing_a_file_without_an_owner_leaves_no_hidden_sibling(tmp_path):
+    target = tmp_path / "out"
+    target.write_text("old file")
+    with atomic_dir(target, overwrite=True) as tmp:
+        (tmp / "a").write_text("new")
+    assert (target / "a").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
