@@ -118,12 +118,42 @@ def diagnose(
     """Re-read ``path`` as text in one thread and describe its first bad line (None if none found).
 
     Arrow's typed reader reports neither the line of a conversion error nor, when multi-threaded,
-    of a line with the wrong number of fields; this pass finds both.
+    of a line with the wrong number of fields; this pass finds both. Its text kernels need UTF-8,
+    so the lines before the first line that is not UTF-8 are diagnosed, then that line.
     """
     not_utf8 = _first_non_utf8_line(path)
-    if not_utf8 is not None:  # Arrow's text kernels and its invalid-row handler need UTF-8
-        number, line = not_utf8
-        return f"line {number}: bytes that are not UTF-8 ({line[:80]!r}); expected {layout}"
+    if not_utf8 is None:
+        return _diagnose_text(path, read, parse, columns, header_lines, layout)
+    number, line = not_utf8
+    before = pa.BufferReader(_first_lines(path, number - 1))
+    earlier = _diagnose_text(before, read, parse, columns, header_lines, layout)
+    return earlier or f"line {number}: bytes that are not UTF-8 ({line[:80]!r}); expected {layout}"
+
+
+def _first_lines(path: Path, n: int, block: int = 16 << 20) -> bytes:
+    """The first ``n`` lines of the (decompressed) file, newlines included."""
+    out, seen = [], 0
+    with pa.input_stream(str(path), compression="detect") as f:
+        while seen < n and (chunk := f.read(block)):
+            count = chunk.count(b"\n")
+            if seen + count >= n:  # the n-th newline is in this chunk
+                ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == ord("\n"))
+                out.append(chunk[: int(ends[n - seen - 1]) + 1])
+                break
+            out.append(chunk)
+            seen += count
+    return b"".join(out)
+
+
+def _diagnose_text(
+    source: Path | pa.BufferReader,
+    read: pacsv.ReadOptions,
+    parse: pacsv.ParseOptions,
+    columns: list[str],
+    header_lines: int,
+    layout: str,
+) -> str | None:
+    """``diagnose`` of UTF-8 text (a path or a buffer)."""
     first_bad_row: list[pa.csv.InvalidRow] = []
 
     def on_invalid(row: pa.csv.InvalidRow) -> str:
@@ -142,7 +172,7 @@ def diagnose(
     )
     try:
         table = pacsv.read_csv(
-            path, read_options=read, parse_options=parse, convert_options=convert
+            source, read_options=read, parse_options=parse, convert_options=convert
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError):
         return None

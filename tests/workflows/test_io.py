@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ncf.workflows.io import detect_format, read_ratings
@@ -260,6 +260,10 @@ def ratings_files(draw) -> tuple[bytes, bool]:
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(case=ratings_files())
+# a bad value on line 3 before a line that is not UTF-8: line 3 is reported
+@example(
+    case=(b"\xef\xbb\xbfuserId,movieId,rating,timestamp\n0,0,0.5,0\n0,0,0.5,-5\n\xff", False, True)
+)
 def test_fuzzed_files_load_as_documented_or_fail_clearly(tmp_path, case):
     data, dat, gz = case  # a fifth of the files are gzip-compressed, named .gz
     name = ("ratings.dat" if dat else "ratings.csv") + (".gz" if gz else "")
