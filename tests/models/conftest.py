@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 import torch
 
+from ncf.core.config import Config, resolve
 from tests.models.etl_data import planted_ratings, write_etl_dir
 
 
@@ -29,11 +29,11 @@ def _restore_torch_globals():
     torch.use_deterministic_algorithms(deterministic)
 
 
-def parse(module, argv: list[str]) -> argparse.Namespace:
-    """Arguments of an `ncf` stage module, parsed as its subcommand would."""
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    return parser.parse_args([str(a) for a in argv])
+def parse(module, argv: list[str]) -> Config:
+    """The config of an `ncf` stage module (``ncf.models.train``: ``ncf train``), resolved from
+    ``argv`` as its subcommand would."""
+    stage = module.__name__.rsplit(".", 1)[-1]
+    return resolve(module.CONFIG, [str(a) for a in argv], stage)
 
 
 # Fast settings for the planted data: small batches, a few epochs, one thread, no progress bar.

@@ -15,7 +15,7 @@ import torch
 
 from ncf.core import faults
 from ncf.models import checkpoint, train
-from ncf.models.fit import METRICS_FILE
+from ncf.models.trainer import METRICS_FILE
 from tests.models.conftest import FAST, parse
 
 # 1320 training rows x (1 + 4 negatives) / batch 64: 104 optimizer steps per epoch, 6 epochs.
