@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,15 @@ def _restore_torch_globals():
     torch.use_deterministic_algorithms(deterministic)
 
 
-def parse(module, argv: list[str]) -> Config:
+def parse(module, argv: list[str]) -> Config | argparse.Namespace:
     """The config of an `ncf` stage module (``ncf.models.train``: ``ncf train``), resolved from
-    ``argv`` as its subcommand would."""
-    stage = module.__name__.rsplit(".", 1)[-1]
-    return resolve(module.CONFIG, [str(a) for a in argv], stage)
+    ``argv`` as its subcommand would; a module without ``CONFIG``: its ``add_arguments`` flags."""
+    argv = [str(a) for a in argv]
+    if not hasattr(module, "CONFIG"):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return parser.parse_args(argv)
+    return resolve(module.CONFIG, argv, module.__name__.rsplit(".", 1)[-1])
 
 
 # Fast settings for the planted data: small batches, a few epochs, one thread, no progress bar.
