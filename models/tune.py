@@ -32,7 +32,14 @@ from ncf.core.config import Config, flag, flag_name, setting, write_config
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, process_group
 from ncf.models.evaluate import evaluate_model
-from ncf.models.presets import DEFAULT_PRESET, PRESETS, TrainConfig, preset_config, preset_values
+from ncf.models.presets import (
+    DEFAULT_PRESET,
+    DEFAULT_TOPK,
+    PRESETS,
+    TrainConfig,
+    preset_config,
+    preset_values,
+)
 from ncf.models.runtime import configure, default_threads
 from ncf.models.train import CONFIG_FILE, TrainRunConfig
 from ncf.models.trainer import RunOptions, Trainer
@@ -245,7 +252,7 @@ def best_config(study: Any, search: Search) -> tuple[TrainRunConfig, dict] | Non
     return config, about
 
 
-def plot_trials(study: Any, path: Path, title: str, k: int = 10) -> None:
+def plot_trials(study: Any, path: Path, title: str, k: int = DEFAULT_TOPK) -> None:
     """Each finished trial's value (pruned: its last reported HR) and the best so far, atomically."""
     import matplotlib
 
