@@ -25,10 +25,10 @@ from ncf.core.dllog import DLLogger
 from ncf.models.distributed import DistEnv, process_group
 from ncf.models.epoch import epoch_generator, plan_epoch
 from ncf.models.evaluate import evaluate_itempop
-from ncf.models.fit import run_epochs, summarize
 from ncf.models.presets import TrainConfig
 from ncf.models.runtime import configure, default_threads
 from ncf.models.sampling import PositiveSet
+from ncf.models.selection import summarize
 from ncf.models.trainer import RunOptions, Trainer
 
 PROG = "python -m ncf.bench.train_worker"
@@ -102,7 +102,7 @@ def timed_fit(tr: Trainer, out: Path) -> dict:
     log = DLLogger(out / "log.json", stdout=tr.env.is_main, enabled=tr.env.is_main)
     itempop = evaluate_itempop(tr.data, tr.cfg.topk)
     t0 = time.perf_counter()
-    run_epochs(tr, log)
+    tr.run_epochs(log)
     wall = time.perf_counter() - t0
     log.close()
     k = tr.cfg.topk

@@ -9,19 +9,20 @@ rank gets the same figures.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from ncf.core.atomic import write_json
+from ncf.core.config import Config, flag, setting
 from ncf.models import checkpoint
 from ncf.models.data import EtlData, load_etl
-from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
+from ncf.models.distributed import DEVICES, DistEnv, all_reduce_sum, process_group
 from ncf.models.epoch import shard_bounds
 from ncf.models.kinds import LABELS
 from ncf.models.metrics import (
@@ -31,6 +32,7 @@ from ncf.models.metrics import (
     itempop_hit_ndcg,
     seen_csr,
 )
+from ncf.models.presets import DEFAULT_EVAL_BATCH, DEFAULT_TOPK
 from ncf.models.runtime import configure, default_threads
 
 CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
@@ -43,8 +45,8 @@ def evaluate_model(
     model: torch.nn.Module,
     data: EtlData,
     env: DistEnv,
-    k: int = 10,
-    batch_size: int = 1 << 20,
+    k: int = DEFAULT_TOPK,
+    batch_size: int = DEFAULT_EVAL_BATCH,
     amp: bool = False,
 ) -> dict[str, float]:
     """HR@k, NDCG@k over the test users of ``data`` (all ranks together) and timing.
@@ -89,7 +91,7 @@ def evaluate_model(
     }
 
 
-def evaluate_itempop(data: EtlData, k: int = 10) -> dict[str, float]:
+def evaluate_itempop(data: EtlData, k: int = DEFAULT_TOPK) -> dict[str, float]:
     """HR@k, NDCG@k of ranking by training popularity on the same test items and negatives."""
     pop = item_popularity(data.train_items, data.num_items)
     hr, ndcg = itempop_hit_ndcg(pop, data.test_items, data.eval_negatives, k)
@@ -127,8 +129,8 @@ def evaluate_full_ranking(
     scorer: Scorer,
     data: EtlData,
     env: DistEnv,
-    k: int = 10,
-    batch_size: int = 1 << 20,
+    k: int = DEFAULT_TOPK,
+    batch_size: int = DEFAULT_EVAL_BATCH,
     known: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Full-ranking HR@k, NDCG@k and MRR over the test users of ``data`` (all ranks together).
@@ -185,38 +187,39 @@ def check_compatible(state: dict, data: EtlData, where: Path) -> None:
         )
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data", type=Path, required=True, help="ETL output directory (`ncf etl --out`)"
+@dataclass
+class EvaluateConfig(Config):
+    """HR@K/NDCG@K of a checkpoint and of the ItemPop baseline"""
+
+    data: Path | None = setting(None, help="ETL output directory, `ncf etl --out` (required)")
+    checkpoint: Path | None = setting(None, help="checkpoint to test, RUN/best.pt (required)")
+    out: Path | None = setting(
+        None, help="also write the figures (and this config) to this JSON file, atomically"
     )
-    p.add_argument(
-        "--checkpoint", type=Path, required=True, help="checkpoint to test (RUN/best.pt)"
+    topk: int = setting(DEFAULT_TOPK, help="K of HR@K and NDCG@K")
+    eval_batch_size: int = setting(DEFAULT_EVAL_BATCH, help="samples scored at once")
+    device: str = setting("auto", choices=DEVICES, help="auto: CUDA if available")
+    amp: bool = flag(False, help="score under autocast (fp16 on CUDA, bf16 on CPU)")
+    full_ranking: bool = flag(
+        False,
+        help="also rank each held-out item against every item the user has not interacted with "
+        "in training (HR@K = Recall@K, NDCG@K, MRR), for the model and ItemPop",
     )
-    p.add_argument("--out", type=Path, help="also write the figures to this JSON file (atomically)")
-    p.add_argument(
-        "--topk", type=int, default=10, help="K of HR@K and NDCG@K (default: %(default)s)"
-    )
-    p.add_argument(
-        "--eval-batch-size",
-        type=int,
-        default=1 << 20,
-        help="samples scored at once (default: %(default)s)",
-    )
-    p.add_argument(
-        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: %(default)s"
-    )
-    p.add_argument(
-        "--amp", action="store_true", help="score under autocast (fp16 on CUDA, bf16 on CPU)"
-    )
-    p.add_argument(
-        "--full-ranking",
-        action="store_true",
-        help="also rank each held-out item against every item the user has not interacted with in "
-        "training (HR@K = Recall@K, NDCG@K, MRR), for the model and ItemPop",
-    )
-    p.add_argument(
-        "--threads", type=int, help="CPU threads per process (default: cores / local ranks)"
-    )
+    threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of the first invalid value."""
+        for name in ("data", "checkpoint"):
+            if getattr(self, name) is None:
+                raise ValueError(f"--{name}: required; see `ncf evaluate --help`")
+        if self.topk < 1 or self.eval_batch_size < 1 or self.threads < 0:
+            raise ValueError(
+                f"--topk {self.topk} / --eval-batch-size {self.eval_batch_size} / --threads "
+                f"{self.threads}: need >= 1 / >= 1 / >= 0"
+            )
+
+
+CONFIG = EvaluateConfig
 
 
 def known_interactions(data: EtlData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,12 +232,12 @@ def known_interactions(data: EtlData) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def full_ranking_report(
-    model: nn.Module, data: EtlData, env: DistEnv, args: argparse.Namespace
+    model: nn.Module, data: EtlData, env: DistEnv, cfg: EvaluateConfig
 ) -> dict[str, float]:
     """Full-ranking figures of the model and of ItemPop, under the keys ``ncf evaluate`` writes."""
-    k = args.topk
-    known, batch = known_interactions(data), args.eval_batch_size
-    full = evaluate_full_ranking(model_scorer(model, args.amp), data, env, k, batch, known)
+    k = cfg.topk
+    known, batch = known_interactions(data), cfg.eval_batch_size
+    full = evaluate_full_ranking(model_scorer(model, cfg.amp), data, env, k, batch, known)
     pop = popularity_scorer(item_popularity(data.train_items, data.num_items))
     pop_full = evaluate_full_ranking(pop, data, env, k, batch, known)
     out = {
@@ -261,46 +264,54 @@ def print_table(report: dict, k: int) -> None:
         print(line)
 
 
-def run(args: argparse.Namespace) -> int:
-    with process_group(args.device) as env:
-        configure(
-            env.device, args.threads or default_threads(env.local_world_size), deterministic=False
-        )
-        data = load_etl(args.data, env.device)
-        model, state = checkpoint.load_model(args.checkpoint, map_location=env.device)
-        check_compatible(state, data, args.checkpoint)
-        res = evaluate_model(model, data, env, args.topk, args.eval_batch_size, args.amp)
-        pop = evaluate_itempop(data, args.topk)
-        k = args.topk
-        report = {
-            "checkpoint": str(args.checkpoint),
-            "data": str(args.data),
-            "model": checkpoint.model_kind(state),
-            "epoch": state["epoch"],
-            f"hr@{k}": res["hr"],
-            f"ndcg@{k}": res["ndcg"],
-            f"itempop_hr@{k}": pop["hr"],
-            f"itempop_ndcg@{k}": pop["ndcg"],
-            "users": res["users"],
-            "negatives_per_user": int(data.eval_negatives.shape[1]),
-            "eval_throughput": res["samples"] / max(res["seconds"], 1e-9),
-            "device": str(env.device),
-            "world_size": env.world_size,
-            "amp": bool(args.amp),
-        }
-        if args.full_ranking:
-            report |= full_ranking_report(model, data, env, args)
+def report_of(cfg: EvaluateConfig, env: DistEnv) -> tuple[dict, EtlData]:
+    """The figures ``ncf evaluate`` prints and writes (every rank), and the data they are on."""
+    data = load_etl(cfg.data, env.device)
+    model, state = checkpoint.load_model(cfg.checkpoint, map_location=env.device)
+    check_compatible(state, data, cfg.checkpoint)
+    res = evaluate_model(model, data, env, cfg.topk, cfg.eval_batch_size, cfg.amp)
+    pop = evaluate_itempop(data, cfg.topk)
+    k = cfg.topk
+    report = {
+        "checkpoint": str(cfg.checkpoint),
+        "data": str(cfg.data),
+        "model": checkpoint.model_kind(state),
+        "epoch": state["epoch"],
+        f"hr@{k}": res["hr"],
+        f"ndcg@{k}": res["ndcg"],
+        f"itempop_hr@{k}": pop["hr"],
+        f"itempop_ndcg@{k}": pop["ndcg"],
+        "users": res["users"],
+        "negatives_per_user": int(data.eval_negatives.shape[1]),
+        "eval_throughput": res["samples"] / max(res["seconds"], 1e-9),
+        "device": str(env.device),
+        "world_size": env.world_size,
+        "amp": bool(cfg.amp),
+    }
+    if cfg.full_ranking:
+        report |= full_ranking_report(model, data, env, cfg)
+    return report, data
+
+
+def run(cfg: EvaluateConfig) -> int:
+    """Score ``cfg.checkpoint``; print the table (rank 0) and write ``cfg.out`` if set; 0."""
+    with process_group(cfg.device) as env:
+        threads = cfg.threads or default_threads(env.local_world_size)
+        configure(env.device, threads, deterministic=False)
+        report, data = report_of(cfg, env)
         if env.is_main:
+            k = cfg.topk
             print_table(report, k)
             print(
-                f"epoch {state['epoch']}; {res['users']} users x {data.eval_negatives.shape[1]} "
-                f"negatives, {report['eval_throughput']:,.0f} samples/s on {env.device}"
+                f"epoch {report['epoch']}; {report['users']} users x "
+                f"{report['negatives_per_user']} negatives, {report['eval_throughput']:,.0f} "
+                f"samples/s on {env.device}"
             )
-            if args.full_ranking:
+            if cfg.full_ranking:
                 print(
                     f"full ranking: {report['full_candidates_per_user']:,.0f} candidates per user "
                     f"on average, {report['full_ranking_seconds']:.2f} s"
                 )
-            if args.out:
-                write_json(args.out, report)
+            if cfg.out:
+                write_json(cfg.out, {**report, "config": cfg.replace(threads=threads).to_dict()})
     return 0

@@ -1,14 +1,37 @@
 """The model kinds ``ncf train --model`` builds: NeuMF (the project's model) and MF (a baseline).
 
-One place maps a kind to its config and module, for the trainer and the checkpoint loader.
+One place maps a kind to its config and module, for the trainer and the checkpoint loader. The
+trainer tells the kinds apart only through ``TrainedModel``, the interface each kind implements.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import torch
 from torch import nn
 
 from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF, NeuMFConfig
+
+
+class TrainedModel(Protocol):
+    """What the trainer asks of a model kind besides ``forward(user [B], item [B]) -> logits [B]``."""
+
+    def dropout_widths(self) -> list[int]:
+        """Widths of the layers whose dropout keep bits the trainer draws per global batch ([]: none)."""
+        ...
+
+    def set_dropout_bits(self, bits: list[torch.Tensor] | None) -> None:
+        """Keep bits ``[rows, ceil(width / 8)]`` uint8 per ``dropout_widths`` layer for the next
+        training forward (rows = its batch); None: the model draws its own."""
+        ...
+
+    def penalty(self) -> torch.Tensor | float:
+        """Regularization of the last training forward, summed over its examples (added to the
+        summed BCE, so both get the same per-example weight); 0.0 for none."""
+        ...
+
 
 MODELS: dict[str, tuple[type, type[nn.Module]]] = {
     "neumf": (NeuMFConfig, NeuMF),

@@ -50,7 +50,7 @@ class MF(nn.Module):
             nn.init.zeros_(table.weight)
         # L2 term (summed over the examples) of the last training forward; the trainer adds it to the
         # summed BCE, so both get the same per-example weight.
-        self.penalty: torch.Tensor | float = 0.0
+        self.last_penalty: torch.Tensor | float = 0.0
 
     def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` for int ids ``user [B]`` and ``item [B]``."""
@@ -58,8 +58,19 @@ class MF(nn.Module):
         bu, bi = self.user_bias(user).squeeze(1), self.item_bias(item).squeeze(1)  # [B]
         if self.training and self.cfg.l2 > 0 and torch.is_grad_enabled():
             squares = p.square().sum() + q.square().sum() + bu.square().sum() + bi.square().sum()
-            self.penalty = self.cfg.l2 * (squares + user.numel() * self.bias.square())
+            self.last_penalty = self.cfg.l2 * (squares + user.numel() * self.bias.square())
         return (p * q).sum(1) + bu + bi + self.bias
+
+    def dropout_widths(self) -> list[int]:
+        """No dropout: no keep bits to draw (``ncf.models.kinds.TrainedModel``)."""
+        return []
+
+    def set_dropout_bits(self, bits: list[torch.Tensor] | None) -> None:
+        """No dropout layer takes them (``bits`` is empty or None)."""
+
+    def penalty(self) -> torch.Tensor | float:
+        """The L2 term of the last training forward (0.0 while ``l2`` is 0)."""
+        return self.last_penalty
 
     def score_matrix(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """Logits ``[U, C]`` of every pair of ``users [U]`` and ``items [C]`` (one matmul)."""

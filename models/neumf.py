@@ -102,6 +102,22 @@ class NeuMF(nn.Module):
                 x = torch.relu(layer(x))  # [B, width]
         return self.final(torch.cat((xmf, x), dim=1)).squeeze(1)  # [B]
 
+    # The trainer's interface (ncf.models.kinds.TrainedModel); not part of the scripted model.
+    @torch.jit.unused
+    def dropout_widths(self):
+        """Widths of the MLP layers that dropout follows: ``mlp_layers[1:]``."""
+        return list(self.cfg.mlp_layers[1:])
+
+    @torch.jit.unused
+    def set_dropout_bits(self, bits):
+        """Keep bits ``[rows, ceil(width / 8)]`` per MLP layer for the next training forward."""
+        self.dropout_bits = bits
+
+    @torch.jit.unused
+    def penalty(self):
+        """No regularization term: 0.0."""
+        return 0.0
+
     # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
     @torch.jit.unused
     def _mlp_train(self, x):

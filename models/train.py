@@ -1,84 +1,105 @@
-"""``ncf train``: NeuMF on an ETL output directory, DLE's defaults and flags.
+"""``ncf train``: NeuMF (or MF) on an ETL output directory, DLE's defaults and flags.
 
 Single process: ``ncf train --data ETL_DIR --out RUN``. Several processes (DDP; NCCL on GPUs,
 gloo on CPUs): ``torchrun --nproc_per_node=N -m ncf.cli train ...`` or
-``torchrun --nproc_per_node=N -m ncf.models.train ...``. Writes RUN/best.pt, last.pt,
+``torchrun --nproc_per_node=N -m ncf.models.train ...`` (the same flags). Writes RUN/config.json
+(the resolved config: ``ncf train --config RUN/config.json`` reruns it), best.pt, last.pt,
 checkpoints.json, log.json (DLLogger), metrics.json and learning_curve.png (rank 0 only).
+
+In code (e.g. ``ncf run``): ``TrainRunConfig.from_preset("small", data=D, out=O, hp={"seed": 1})``.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-
-import torch
+from typing import Any, ClassVar, Literal
 
 from ncf.core.atomic import clean_stale
-from ncf.core.dllog import DLLogger
-from ncf.models import checkpoint, presets
+from ncf.core.config import Config, flag, main_error, merge, resolve, setting, write_config
+from ncf.models import checkpoint
 from ncf.models.data import load_etl
 from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
-from ncf.models.evaluate import evaluate_itempop
-from ncf.models.fit import (
-    LOG_FILE,
-    METRICS_FILE,
-    PLOT_FILE,
-    declare_metrics,
-    protocol,
-    run_epochs,
-    write_outputs,
-)
+from ncf.models.presets import DEFAULT_PRESET, PRESETS, TrainConfig, preset_values
 from ncf.models.progress import show_bar
 from ncf.models.runtime import configure, default_threads
-from ncf.models.trainer import RunOptions, Trainer
+from ncf.models.trainer import LOG_FILE, METRICS_FILE, PLOT_FILE, RunOptions, Trainer
 
-OUTPUTS = (checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE)
+CONFIG_FILE = "config.json"
+OUTPUTS = (
+    checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE,
+    CONFIG_FILE,
+)  # fmt: skip
+_HP_FIELDS = frozenset(f.name for f in fields(TrainConfig))
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data", type=Path, required=True, help="ETL output directory (`ncf etl --out`)"
+@dataclass
+class TrainRunConfig(Config):
+    """train NeuMF (DLE defaults; torchrun for DDP; --amp)"""
+
+    PRE_FIELDS: ClassVar[tuple[str, ...]] = ("preset",)
+    data: Path | None = setting(None, help="ETL output directory, `ncf etl --out` (required)")
+    out: Path | None = setting(None, help="run directory to write (required)")
+    preset: str = setting(
+        DEFAULT_PRESET,
+        choices=sorted(PRESETS),
+        help=f"hyperparameter preset under --config and the flags ({DEFAULT_PRESET}: DLE's "
+        "defaults; docs/PRESETS.md)",
     )
-    p.add_argument("--out", type=Path, required=True, help="run directory to write")
-    presets.add_arguments(p)
-    p.add_argument(
-        "--device", default="auto", choices=DEVICES, help="default: %(default)s (CUDA if available)"
+    hp: TrainConfig = field(default_factory=TrainConfig)  # what to learn: flat flags (--lr)
+    device: str = setting("auto", choices=DEVICES, help="auto: CUDA if available")
+    amp: bool = flag(
+        False, help="mixed precision: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU"
     )
-    p.add_argument(
-        "--amp",
-        action="store_true",
-        help="mixed precision: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU",
+    tf32: bool = flag(True, help="TF32 matmuls on GPUs that have them (--no-tf32: fp32)")
+    deterministic: bool = flag(
+        False, help="bitwise-reproducible run (resume gives identical results)"
     )
-    p.add_argument(
-        "--no-tf32", dest="tf32", action="store_false", help="keep fp32 matmuls on GPUs with TF32"
+    resume: bool = flag(False, help="continue RUN from RUN/last.pt (start fresh if there is none)")
+    force: bool = flag(False, help="overwrite an existing run in --out")
+    threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
+    sampling_backend: Literal["auto", "bitmap", "sorted"] = setting(
+        "auto", help="membership check of exact negatives (auto: bitmap when <= 1 GiB)"
     )
-    p.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="bitwise-reproducible run (resume gives identical results)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue RUN from RUN/last.pt (start fresh if there is none)",
-    )
-    p.add_argument("--force", action="store_true", help="overwrite an existing run in --out")
-    p.add_argument(
-        "--threads", type=int, help="CPU threads per process (default: cores / local ranks)"
-    )
-    p.add_argument(
-        "--sampling-backend",
-        default="auto",
-        choices=("auto", "bitmap", "sorted"),
-        help="membership check of exact negatives (default: bitmap when <= 1 GiB)",
-    )
-    p.add_argument(
-        "--no-progress",
-        dest="progress",
-        action="store_false",
-        help="no tqdm bar (default: bar on a terminal)",
-    )
+    progress: bool = flag(True, help="tqdm bar per epoch on a terminal (--no-progress: none)")
+
+    @classmethod
+    def base(cls, chosen: dict[str, Any]) -> dict[str, Any]:
+        """The preset's hyperparameters (``--preset``)."""
+        return {"hp": preset_values(chosen.get("preset", DEFAULT_PRESET))}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> TrainRunConfig:
+        """As ``Config.from_dict``; hyperparameters may also be given flat (``{"lr": 0.1}``, as
+        ``ncf tune`` wrote them in format ``ncf-train-config/1``), over ``values["hp"]``."""
+        flat = {k: v for k, v in values.items() if k in _HP_FIELDS}
+        rest = {k: v for k, v in values.items() if k not in _HP_FIELDS}
+        if flat:
+            hp = rest.get("hp", {})
+            rest["hp"] = merge(hp.to_dict() if isinstance(hp, Config) else hp, flat)
+        return super().from_dict(rest, where)
+
+    @classmethod
+    def from_preset(cls, preset: str = DEFAULT_PRESET, **values: Any) -> TrainRunConfig:
+        """The config ``ncf train --preset PRESET`` plus ``values`` resolves to (unchecked).
+
+        ``values`` are fields (``data=``, ``out=``, ``amp=``), hyperparameters flat (``epochs=``)
+        or as ``hp={...}``: e.g. ``from_preset("small", data=d, out=o, seed=1, epochs=2)``.
+        """
+        return cls.from_dict({**cls.base({"preset": preset}), "preset": preset, **values})
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of the first invalid value."""
+        for name in ("data", "out"):
+            if getattr(self, name) is None:
+                raise ValueError(f"--{name}: required; see `ncf train --help`")
+        if self.threads < 0:
+            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: automatic)")
+        self.hp.check()
+
+
+CONFIG = TrainRunConfig
 
 
 def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
@@ -115,87 +136,41 @@ def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
     return resuming
 
 
-def run_info(args: argparse.Namespace, env: DistEnv, trainer: Trainer) -> dict:
-    """Facts about the run logged as PARAMETERs and saved in metrics.json."""
-    data = trainer.data
-    return {
-        "device": str(env.device),
-        "world_size": env.world_size,
-        "local_world_size": env.local_world_size,  # processes on this (rank 0's) node
-        "threads": torch.get_num_threads(),  # CPU threads per process
-        "amp": args.amp,
-        "deterministic": args.deterministic,
-        "data": str(args.data),
-        "train_rows": int(data.train_users.numel()),
-        "test_users": int(data.test_users.numel()),
-        **({"valid_users": int(data.valid_users.numel())} if data.has_valid else {}),
-        "protocol": protocol(trainer),
-        "eval_negatives": int(data.eval_negatives.shape[1]),
-        "sampling_backend": getattr(trainer.positives, "backend", None),
-    }
-
-
-def train(args: argparse.Namespace, cfg: presets.TrainConfig, env: DistEnv) -> None:
-    """Build the trainer (resuming if asked), train, and write the run directory."""
-    resuming = prepare_out(args.out, args.resume, args.force, env)
-    data = load_etl(args.data, env.device)
-    opts = RunOptions(
-        out=args.out,
-        etl_dir=args.data,
-        amp=args.amp,
-        deterministic=args.deterministic,
-        progress=show_bar(args.progress, sys.stderr.isatty(), env.is_main),
-        preset=args.preset,
-        sampling_backend=args.sampling_backend,
+def run_options(cfg: TrainRunConfig, env: DistEnv) -> RunOptions:
+    """How this process runs the trainer (the bar only on rank 0's terminal)."""
+    return RunOptions(
+        out=cfg.out,
+        etl_dir=cfg.data,
+        amp=cfg.amp,
+        deterministic=cfg.deterministic,
+        progress=show_bar(cfg.progress, sys.stderr.isatty(), env.is_main),
+        preset=cfg.preset,
+        sampling_backend=cfg.sampling_backend,
     )
-    trainer = Trainer(data, cfg, env, opts)
-    if resuming:
-        trainer.resume_from(args.out / checkpoint.LAST)
-    info = run_info(args, env, trainer)
-    k = cfg.topk
-    with DLLogger(args.out / LOG_FILE, stdout=True, enabled=env.is_main) as log:
-        declare_metrics(log, k, data.has_valid)
-        params = {
-            "preset": args.preset,
-            **cfg.to_dict(),
-            **info,
-            "resumed_at_epoch": trainer.start_epoch,
-        }
-        log.log(step="PARAMETER", data=params)
-        itempop = evaluate_itempop(data, k)  # no parameters to select: scored on test directly
-        pops = {f"itempop_hr@{k}": itempop["hr"], f"itempop_ndcg@{k}": itempop["ndcg"]}
-        valid_pop = evaluate_itempop(data.held_out("valid"), k) if data.has_valid else None
-        if valid_pop is not None:
-            pops.update(
-                {
-                    f"itempop_valid_hr@{k}": valid_pop["hr"],
-                    f"itempop_valid_ndcg@{k}": valid_pop["ndcg"],
-                }
-            )
-        log.log(step="PARAMETER", data=pops)
-        run_epochs(trainer, log)
-        write_outputs(trainer, log, itempop, info, valid_pop)
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = presets.resolve(args.preset, vars(args))
-    with process_group(args.device) as env:
-        threads = args.threads or default_threads(env.local_world_size)
-        configure(env.device, threads, args.deterministic, args.tf32)
-        train(args, cfg, env)
+def run(cfg: TrainRunConfig) -> int:
+    """Train as ``cfg`` says into ``cfg.out`` (every rank); 0 on success."""
+    with process_group(cfg.device) as env:  # torn down whatever happens
+        threads = cfg.threads or default_threads(env.local_world_size)
+        configure(env.device, threads, cfg.deterministic, cfg.tf32)
+        resuming = prepare_out(cfg.out, cfg.resume, cfg.force, env)
+        if env.is_main:  # the values used: automatic threads resolved
+            write_config(cfg.out / CONFIG_FILE, cfg.replace(threads=threads), "train")
+        trainer = Trainer(load_etl(cfg.data, env.device), cfg.hp, env, run_options(cfg, env))
+        if resuming:
+            trainer.resume_from(cfg.out / checkpoint.LAST)
+        trainer.fit()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m ncf.models.train`` (e.g. under torchrun) with the ``ncf train`` flags."""
-    parser = argparse.ArgumentParser(prog="ncf.models.train", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        return run(args)
+        return run(resolve(TrainRunConfig, argv, "train", prog="ncf.models.train"))
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        print(f"ncf train: error: {exc}", file=sys.stderr)
-        return 2
+        return main_error("ncf train", exc)
 
 
 if __name__ == "__main__":

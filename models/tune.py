@@ -6,14 +6,14 @@ proposes settings, a median pruner stops trials whose per-epoch HR falls below t
 earlier trials at the same epoch. The study lives in SQLite (``OUT/study.db``): a killed search
 resumes where it stopped, failing the trial it was running and queueing its settings again.
 
-Outputs in ``OUT``: ``best.json`` (a config file for ``ncf train --config``, the search recorded
-under ``about``), ``trials.png`` (the trial history), both rewritten after every trial.
+Outputs in ``OUT``: ``config.json`` (the search's resolved config), ``best.json`` (the best trial
+as a config file of ``ncf train --config``, the search recorded under ``about``), ``trials.png``
+(the trial history), the last two rewritten after every trial.
 One ``ncf tune`` process per study (a lock file in ``OUT`` enforces it).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import fcntl
@@ -21,18 +21,27 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from ncf.core import names
 from ncf.core.atomic import write_figure
-from ncf.models import presets
+from ncf.core.config import Config, flag, flag_name, setting, write_config
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, process_group
 from ncf.models.evaluate import evaluate_model
+from ncf.models.presets import (
+    DEFAULT_PRESET,
+    DEFAULT_TOPK,
+    PRESETS,
+    TrainConfig,
+    preset_config,
+    preset_values,
+)
 from ncf.models.runtime import configure, default_threads
+from ncf.models.train import CONFIG_FILE, TrainRunConfig
 from ncf.models.trainer import RunOptions, Trainer
 
 VALID_DIR, VALID_NEGATIVES_DIR = names.VALID_DIR, names.VALID_NEGATIVES_DIR
@@ -108,10 +117,11 @@ class Search:
     data: EtlData
     valid: EtlData
     env: DistEnv
-    base: presets.TrainConfig
+    base: TrainConfig
     space: dict[str, dict[str, Any]]
     opts: RunOptions
     target: int  # finished (complete + pruned) trials the study should end with
+    cfg: TuneConfig  # the search's resolved config (best.json's data, device, preset)
 
 
 def finished(study: Any) -> list:
@@ -125,7 +135,7 @@ def run_trial(trial: Any, search: Search) -> float:
     """Train one suggested config; report validation HR@k per epoch; return the best epoch's."""
     import optuna
 
-    cfg = dataclasses.replace(search.base, **suggest(trial, search.space))
+    cfg = search.base.replace(**suggest(trial, search.space))
     cfg.check()
     trainer = Trainer(search.data, cfg, search.env, search.opts)
     best = -1.0
@@ -160,20 +170,20 @@ def exclusive(out: Path) -> Iterator[None]:
         yield
 
 
-def open_study(args: argparse.Namespace, search: Search) -> Any:
+def open_study(cfg: TuneConfig, search: Search) -> Any:
     """Create the study, or load it and check it is the same search (model, space, data)."""
     import optuna
 
-    storage = optuna.storages.RDBStorage(args.storage or f"sqlite:///{args.out / STUDY_FILE}")
+    storage = optuna.storages.RDBStorage(cfg.storage)
     study = optuna.create_study(
         storage=storage,
-        study_name=args.study_name or f"ncf-tune-{search.base.model}",
+        study_name=cfg.study_name,
         direction="maximize",
         sampler=optuna.samplers.TPESampler(
-            seed=search.base.seed, n_startup_trials=args.startup_trials
+            seed=search.base.seed, n_startup_trials=cfg.startup_trials
         ),
         pruner=optuna.pruners.MedianPruner(
-            n_startup_trials=args.startup_trials, n_warmup_steps=PRUNER_WARMUP_EPOCHS
+            n_startup_trials=cfg.startup_trials, n_warmup_steps=PRUNER_WARMUP_EPOCHS
         ),
         load_if_exists=True,
     )
@@ -189,7 +199,7 @@ def open_study(args: argparse.Namespace, search: Search) -> Any:
     differs = sorted(k for k, v in identity.items() if study.user_attrs.get(k) != v)
     if differs:
         raise ValueError(
-            f"{args.out}: study {study.study_name!r} is a search with other {differs}; resume it "
+            f"{cfg.out}: study {study.study_name!r} is a search with other {differs}; resume it "
             "with the same flags and data, or start another with a new --out or --study-name"
         )
     return study, storage
@@ -208,8 +218,9 @@ def recover(study: Any, storage: Any) -> list[int]:
     return [t.number for t in stale]
 
 
-def best_config(study: Any, search: Search) -> tuple[dict, dict] | None:
-    """The best complete trial as ``(TrainConfig fields, about)`` for ``best.json``; None if none yet."""
+def best_config(study: Any, search: Search) -> tuple[TrainRunConfig, dict] | None:
+    """The best complete trial as ``ncf train``'s config (on the search's data; ``out`` left to
+    give) and the ``about`` of ``best.json``; None while no trial is complete."""
     from optuna.trial import TrialState
 
     counts = {
@@ -219,7 +230,10 @@ def best_config(study: Any, search: Search) -> tuple[dict, dict] | None:
         return None
     best = study.best_trial
     epoch = int(best.user_attrs["best_epoch"])
-    config = {**search.base.to_dict(), **best.params, "epochs": epoch + 1}  # up to its best epoch
+    hp = search.base.replace(**best.params, epochs=epoch + 1)  # up to its best epoch
+    cfg = search.cfg
+    config = TrainRunConfig(data=cfg.data, preset=cfg.preset, hp=hp, device=cfg.device,
+                            deterministic=cfg.deterministic)  # fmt: skip
     about = {
         "tool": "ncf tune",
         "metric": f"validation hr@{search.base.topk} (best epoch of a trial)",
@@ -238,7 +252,7 @@ def best_config(study: Any, search: Search) -> tuple[dict, dict] | None:
     return config, about
 
 
-def plot_trials(study: Any, path: Path, title: str, k: int = 10) -> None:
+def plot_trials(study: Any, path: Path, title: str, k: int = DEFAULT_TOPK) -> None:
     """Each finished trial's value (pruned: its last reported HR) and the best so far, atomically."""
     import matplotlib
 
@@ -297,95 +311,129 @@ def write_outputs(study: Any, search: Search, out: Path) -> None:
     """Rewrite ``best.json`` (once a trial is complete) and ``trials.png``."""
     best = best_config(study, search)
     if best is not None:
-        presets.write_config_file(out / BEST_FILE, *best)
+        config, about = best
+        write_config(out / BEST_FILE, config, "train", about=about)
     title = f"ncf tune: {search.base.model} on {search.data.path.name}"
     plot_trials(study, out / PLOT_FILE, title, search.base.topk)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        help=f"ETL output with a validation split ({HOLDOUT_HINT})",
+@dataclasses.dataclass
+class TuneConfig(Config):
+    """hyperparameter search (Optuna) on the validation split; resumable"""
+
+    PRE_FIELDS: ClassVar[tuple[str, ...]] = ("preset",)
+    data: Path | None = setting(
+        None, help=f"ETL output with a validation split, {HOLDOUT_HINT} (required)"
     )
-    p.add_argument(
-        "--out", type=Path, required=True, help="search directory (study, best.json, plot)"
-    )
-    p.add_argument(
-        "--trials",
-        type=int,
-        default=20,
+    out: Path | None = setting(None, help="search directory: study, best.json, plot (required)")
+    trials: int = setting(
+        20,
         help="finished (complete or pruned) trials the study ends with, earlier runs of a resumed "
-        "search included (default: %(default)s)",
+        "search included",
     )
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///OUT/study.db)")
-    p.add_argument("--study-name", help="study in the storage (default: ncf-tune-<model>)")
-    p.add_argument(
-        "--startup-trials",
-        type=int,
-        default=5,
-        help="random trials before TPE takes over, and before pruning starts (default: %(default)s)",
+    storage: str | None = setting(None, help="Optuna storage URL (none: sqlite:///OUT/study.db)")
+    study_name: str | None = setting(None, help="study in the storage (none: ncf-tune-<model>)")
+    startup_trials: int = setting(
+        5, help="random trials before TPE takes over, and before pruning starts"
     )
-    p.add_argument(
-        "--enqueue-base",
-        action="store_true",
+    enqueue_base: bool = flag(
+        False,
         help="also try the base config's own values of the searched settings (the preset being "
         "re-chosen), as the search's next trial unless the study already tried them",
     )
-    presets.add_arguments(p)  # the base config; the searched fields (SEARCH_SPACES) are not flags
-    p.add_argument("--device", default="auto", choices=DEVICES, help="default: %(default)s")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all usable cores)")
-    p.add_argument("--deterministic", action="store_true", help="bitwise-reproducible trials")
+    preset: str = setting(
+        DEFAULT_PRESET, choices=sorted(PRESETS), help="the base config's preset (docs/PRESETS.md)"
+    )
+    # The base config; the searched fields (SEARCH_SPACES) keep the preset's values.
+    hp: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    device: str = setting("auto", choices=DEVICES, help="auto: CUDA if available")
+    threads: int = setting(0, help="CPU threads (0: all usable cores)")
+    deterministic: bool = flag(False, help="bitwise-reproducible trials")
 
+    @classmethod
+    def base(cls, chosen: dict[str, Any]) -> dict[str, Any]:
+        """The preset's hyperparameters (``--preset``)."""
+        return {"hp": preset_values(chosen.get("preset", DEFAULT_PRESET))}
 
-def run(args: argparse.Namespace) -> int:
-    if args.trials < 1 or args.startup_trials < 0:
-        raise ValueError(
-            f"--trials {args.trials} / --startup-trials {args.startup_trials}: need >= 1 / >= 0"
+    def check(self) -> None:
+        """Raise ValueError naming the flag of the first invalid value (a searched one included)."""
+        for name in ("data", "out"):
+            if getattr(self, name) is None:
+                raise ValueError(f"--{name}: required; see `ncf tune --help`")
+        if self.trials < 1 or self.startup_trials < 0 or self.threads < 0:
+            raise ValueError(
+                f"--trials {self.trials} / --startup-trials {self.startup_trials} / --threads "
+                f"{self.threads}: need >= 1 / >= 0 / >= 0"
+            )
+        self.hp.check()
+        preset = preset_config(self.preset, model=self.hp.model)
+        given = [flag_name(k) for k in SEARCH_SPACES[self.hp.model]
+                 if getattr(self.hp, k) != getattr(preset, k)]  # fmt: skip
+        if given:
+            raise ValueError(f"{' '.join(given)}: searched by `ncf tune --model {self.hp.model}` "
+                             "(models/tune.py SEARCH_SPACES); drop the setting (the preset gives "
+                             "--enqueue-base its value)")  # fmt: skip
+
+    def resolved(self) -> TuneConfig:
+        """This config with the storage and study name it runs with (no automatic value left)."""
+        return self.replace(
+            storage=self.storage or f"sqlite:///{self.out / STUDY_FILE}",
+            study_name=self.study_name or f"ncf-tune-{self.hp.model}",
+            threads=self.threads or default_threads(1),
         )
-    base = presets.resolve(args.preset, vars(args))
-    space = SEARCH_SPACES[base.model]
-    given = [f"--{k.replace('_', '-')}" for k in space if getattr(args, k, None) is not None]
-    if given:
-        raise ValueError(f"{' '.join(given)}: searched by `ncf tune --model {base.model}` "
-                         f"(models/tune.py SEARCH_SPACES); drop the flag or fix it in a --config")  # fmt: skip
+
+
+CONFIG = TuneConfig
+
+
+def run(cfg: TuneConfig) -> int:
+    """Run (or resume) the search ``cfg`` describes; OUT/config.json, best.json, trials.png; 0."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one progress line per trial instead
-    with process_group(args.device) as env, exclusive(args.out):
+    cfg = cfg.resolved()
+    with process_group(cfg.device) as env, exclusive(cfg.out):
         if env.distributed:
             raise ValueError("ncf tune runs as one process; start it without torchrun")
-        configure(env.device, args.threads or default_threads(1), args.deterministic)
-        data = load_etl(args.data, env.device)
+        configure(env.device, cfg.threads, cfg.deterministic)
+        write_config(cfg.out / CONFIG_FILE, cfg, "tune")
+        data = load_etl(cfg.data, env.device)
         opts = RunOptions(
-            out=args.out, etl_dir=args.data, deterministic=args.deterministic, preset=args.preset
+            out=cfg.out, etl_dir=cfg.data, deterministic=cfg.deterministic, preset=cfg.preset
         )
-        search = Search(data, load_validation(data), env, base, space, opts, args.trials)
-        study, storage = open_study(args, search)
-        retried = recover(study, storage)
-        if retried:
-            print(f"ncf tune: trials {retried} were cut short (killed); queued again", flush=True)
-        if args.enqueue_base:  # the incumbent competes with what the search proposes
-            base_values = {name: getattr(base, name) for name in space}
-            study.enqueue_trial(base_values, user_attrs={"base": args.preset}, skip_if_exists=True)
-        remaining = args.trials - len(finished(study))
-        print(
-            f"ncf tune: {len(finished(study))}/{args.trials} trials done; {max(remaining, 0)} to run",
-            flush=True,
-        )
+        search = Search(data, load_validation(data), env, cfg.hp, SEARCH_SPACES[cfg.hp.model],
+                        opts, cfg.trials, cfg)  # fmt: skip
+        study = start_study(cfg, search)
+        remaining = cfg.trials - len(finished(study))
 
         def on_trial_end(study: Any, trial: Any) -> None:
             print(progress_line(study, trial, search), flush=True)
-            write_outputs(study, search, args.out)
+            write_outputs(study, search, cfg.out)
 
         if remaining > 0:
             study.optimize(
                 lambda t: run_trial(t, search), n_trials=remaining, callbacks=[on_trial_end]
             )
-        write_outputs(study, search, args.out)
+        write_outputs(study, search, cfg.out)
         if best_config(study, search) is None:
-            raise ValueError(f"{args.out}: no trial completed (all pruned); run more --trials")
-        print(f"best: valid HR@{base.topk} {study.best_value:.4f} (trial {study.best_trial.number}); "
-              f"train with: ncf train --data {args.data} --config {args.out / BEST_FILE}")  # fmt: skip
+            raise ValueError(f"{cfg.out}: no trial completed (all pruned); run more --trials")
+        print(f"best: valid HR@{cfg.hp.topk} {study.best_value:.4f} (trial {study.best_trial.number}); "
+              f"train with: ncf train --config {cfg.out / BEST_FILE} --out RUN")  # fmt: skip
     return 0
+
+
+def start_study(cfg: TuneConfig, search: Search) -> Any:
+    """Open the study, requeue killed trials, queue the base (``--enqueue-base``); say what is left."""
+    study, storage = open_study(cfg, search)
+    retried = recover(study, storage)
+    if retried:
+        print(f"ncf tune: trials {retried} were cut short (killed); queued again", flush=True)
+    if cfg.enqueue_base:  # the incumbent competes with what the search proposes
+        base_values = {name: getattr(cfg.hp, name) for name in search.space}
+        study.enqueue_trial(base_values, user_attrs={"base": cfg.preset}, skip_if_exists=True)
+    remaining = cfg.trials - len(finished(study))
+    print(
+        f"ncf tune: {len(finished(study))}/{cfg.trials} trials done; {max(remaining, 0)} to run",
+        flush=True,
+    )
+    return study

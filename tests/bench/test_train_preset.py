@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ncf.bench.train_preset import check_preset, summarize
-from ncf.models.fit import VALID_PROTOCOL
+from ncf.models.selection import VALID_PROTOCOL
 from tests.models.etl_data import planted_ratings
 from tests.models.valid_split import write_valid_etl_dir
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ncf.core.config import Config, resolve
 from tests.models.etl_data import planted_ratings, write_etl_dir
 
 
@@ -29,11 +30,15 @@ def _restore_torch_globals():
     torch.use_deterministic_algorithms(deterministic)
 
 
-def parse(module, argv: list[str]) -> argparse.Namespace:
-    """Arguments of an `ncf` stage module, parsed as its subcommand would."""
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    return parser.parse_args([str(a) for a in argv])
+def parse(module, argv: list[str]) -> Config | argparse.Namespace:
+    """The config of an `ncf` stage module (``ncf.models.train``: ``ncf train``), resolved from
+    ``argv`` as its subcommand would; a module without ``CONFIG``: its ``add_arguments`` flags."""
+    argv = [str(a) for a in argv]
+    if not hasattr(module, "CONFIG"):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return parser.parse_args(argv)
+    return resolve(module.CONFIG, argv, module.__name__.rsplit(".", 1)[-1])
 
 
 # Fast settings for the planted data: small batches, a few epochs, one thread, no progress bar.

@@ -1,4 +1,4 @@
-"""`ncf train --config FILE`: the layers preset < file < flags, presets as files, bad files."""
+"""`ncf train --config FILE`: the layers preset < file < flags, presets as files, old files."""
 
 from __future__ import annotations
 
@@ -7,70 +7,80 @@ from pathlib import Path
 
 import pytest
 
-from ncf.models import presets, train
-from ncf.models.presets import PRESETS, TrainConfig, read_config_file, resolve, write_config_file
-from tests.models.conftest import parse
+from ncf.core.config import FORMAT, TRAIN_FORMAT_V0, resolve, write_config
+from ncf.models import evaluate, train, tune
+from ncf.models.presets import CPU_MICRO_BATCH, PRESETS, TrainConfig, preset_config
+from ncf.models.train import TrainRunConfig
+
+
+def _file(path: Path, config: dict, fmt: str = FORMAT) -> Path:
+    path.write_text(json.dumps({"format": fmt, "stage": "train", "config": config}))
+    return path
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_is_expressible_as_a_config_file(name: str, tmp_path: Path):
-    path = tmp_path / f"{name}.json"
-    write_config_file(path, PRESETS[name], about={"preset": name})
-    assert resolve("dle", {"config": path}) == resolve(name, {})
+    path = _file(tmp_path / f"{name}.json", {"hp": PRESETS[name]})
+    via_file = resolve(
+        TrainRunConfig, ["--data", "d", "--out", "o", "--config", str(path)], "train"
+    )
+    assert via_file.hp == preset_config(name)
 
 
 def test_file_overrides_the_preset_and_flags_override_the_file(tmp_path: Path):
-    path = tmp_path / "c.json"
-    write_config_file(path, {"lr": 0.003, "factors": 16, "mlp_layers": [32, 16]})
-    args = parse(train, ["--data", "d", "--out", "o", "--preset", "small", "--config", path])
-    cfg = presets.resolve(args.preset, vars(args))
+    path = _file(tmp_path / "c.json", {"hp": {"lr": 0.003, "factors": 16, "mlp_layers": [32, 16]}})
+    argv = ["--data", "d", "--out", "o", "--preset", "small", "--config", str(path)]
+    hp = resolve(TrainRunConfig, argv, "train").hp
     small_epochs = PRESETS["small"]["epochs"]  # from the preset: not in the file
-    assert (cfg.lr, cfg.factors, cfg.mlp_layers, cfg.epochs) == (0.003, 16, [32, 16], small_epochs)
-    args = parse(train, ["--data", "d", "--out", "o", "--config", path, "--lr", "0.1"])
-    assert presets.resolve(args.preset, vars(args)).lr == 0.1
+    assert (hp.lr, hp.factors, hp.mlp_layers, hp.epochs) == (0.003, 16, [32, 16], small_epochs)
+    argv = ["--data", "d", "--out", "o", "--config", str(path), "-l", "0.1", "--layers", "8", "4"]
+    assert resolve(TrainRunConfig, argv, "train").hp.mlp_layers == [8, 4]
 
 
-def test_ints_are_accepted_for_float_fields(tmp_path: Path):
-    path = tmp_path / "c.json"
-    write_config_file(path, {"lr": 1, "dropout": 0})
-    assert read_config_file(path) == {"lr": 1.0, "dropout": 0.0}
+def test_an_old_tune_best_json_still_reads(tmp_path: Path):
+    # `ncf tune` wrote the hyperparameters flat, in format ncf-train-config/1
+    path = _file(tmp_path / "best.json", {**TrainConfig().to_dict(), "lr": 0.02}, TRAIN_FORMAT_V0)
+    cfg = resolve(TrainRunConfig, ["--data", "d", "--out", "o", "--config", str(path)], "train")
+    assert cfg.hp == TrainConfig(lr=0.02)
+
+
+def test_the_written_config_reruns_the_same(tmp_path: Path):
+    cfg = TrainRunConfig.from_preset("small", data=Path("d"), out=Path("o"), seed=3, amp=True)
+    assert (cfg.hp.seed, cfg.hp.epochs, cfg.amp) == (3, PRESETS["small"]["epochs"], True)
+    path = write_config(tmp_path / "c.json", cfg, "train")
+    doc = json.loads(path.read_text())
+    assert None not in doc["config"].values() and None not in doc["config"]["hp"].values()
+    assert resolve(TrainRunConfig, ["--config", str(path)], "train") == cfg
 
 
 @pytest.mark.parametrize(
-    ("doc", "match"),
+    ("argv", "match"),
     [
-        (
-            {"format": presets.CONFIG_FORMAT, "config": {"learning_rate": 0.1}},
-            "unknown setting 'learning_rate'",
-        ),
-        ({"format": presets.CONFIG_FORMAT, "config": {"lr": "0.1"}}, "lr='0.1' must be float"),
-        ({"format": presets.CONFIG_FORMAT, "config": {"epochs": 2.5}}, "epochs=2.5 must be int"),
-        ({"format": presets.CONFIG_FORMAT, "config": {"epochs": True}}, "epochs=True must be int"),
-        ({"format": presets.CONFIG_FORMAT, "config": {"mlp_layers": [64, "32"]}}, "mlp_layers"),
-        ({"config": {"lr": 0.1}}, 'needs {"format"'),
-        ({"format": presets.CONFIG_FORMAT, "config": {}, "lr": 0.1}, "unknown keys \\['lr'\\]"),
-        ({"format": presets.CONFIG_FORMAT, "config": {"model": "gmf"}}, "--model 'gmf'"),
+        (["--out", "o"], "--data: required"),
+        (["--data", "d", "--out", "o", "--epochs", "0"], "--epochs 0: must be >= 1"),
+        (["--data", "d", "--out", "o", "--preset", "big"], "--preset 'big'"),
+        (["--data", "d", "--out", "o", "--model", "gmf"], "invalid choice: 'gmf'"),
     ],
 )
-def test_bad_files_name_the_file_and_the_setting(doc: dict, match: str, tmp_path: Path):
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=match) as info:
-        resolve("dle", {"config": path})
-    if "--model" not in match:
-        assert str(path) in str(info.value)
+def test_bad_values_name_the_flag(argv: list[str], match: str):
+    with pytest.raises(ValueError, match=match):
+        resolve(TrainRunConfig, argv, "train")
 
 
-def test_missing_and_non_json_files(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        read_config_file(tmp_path / "nope.json")
-    (tmp_path / "x.json").write_text("{lr: 1}")
-    with pytest.raises(ValueError, match="x.json: not JSON"):
-        read_config_file(tmp_path / "x.json")
+def test_the_cpu_micro_batch_is_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        resolve(TrainRunConfig, ["--help"], "train")
+    assert f"{CPU_MICRO_BATCH} on CPU" in " ".join(capsys.readouterr().out.split())
 
 
-def test_model_kind_and_mf_settings_resolve(tmp_path: Path):
-    cfg = resolve("mf-small", {"l2": 0.5})
+def test_every_stage_of_models_has_a_config_and_run():
+    for module in (train, evaluate, tune):
+        assert callable(module.run) and not hasattr(module, "add_arguments")
+        assert module.CONFIG.__doc__
+
+
+def test_model_kind_and_mf_settings_resolve():
+    cfg = preset_config("mf-small", l2=0.5)
     assert cfg.model == "mf" and cfg.l2 == 0.5
     mc = cfg.model_config(10, 20)
     assert type(mc).__name__ == "MFConfig" and (mc.factors, mc.l2) == (cfg.factors, 0.5)

@@ -16,10 +16,9 @@ from ncf.models import train
 from ncf.models.data import load_etl
 from ncf.models.distributed import DistEnv
 from ncf.models.epoch import epoch_generator, plan_epoch
-from ncf.models.fit import METRICS_FILE
 from ncf.models.presets import TrainConfig
 from ncf.models.sampling import PositiveSet, sample_negatives
-from ncf.models.trainer import RunOptions, Trainer
+from ncf.models.trainer import METRICS_FILE, RunOptions, Trainer
 from tests.models.conftest import parse
 
 pytestmark = [

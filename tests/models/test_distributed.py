@@ -29,8 +29,8 @@ import torch
 from ncf.core.dllog import read_log
 from ncf.models import train
 from ncf.models.distributed import dist_env, ranks_with
-from ncf.models.fit import LOG_FILE, METRICS_FILE
 from ncf.models.runtime import default_threads
+from ncf.models.trainer import LOG_FILE, METRICS_FILE
 from tests.models.conftest import FAST, parse
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import torch
 
 from ncf.core import faults
 from ncf.models import checkpoint, train
-from ncf.models.fit import METRICS_FILE
+from ncf.models.trainer import METRICS_FILE
 from tests.models.conftest import FAST, parse
 
 # 1320 training rows x (1 + 4 negatives) / batch 64: 104 optimizer steps per epoch, 6 epochs.
@@ -23,17 +23,17 @@ ARGS = [*FAST, "--batch-size", "64", "--epochs", "6", "--deterministic"]
 STEPS_PER_EPOCH = 104
 # Checkpoint commits (ncf.core.atomic renames) of this run, in order: each checkpoint.save is three
 # (manifest listing old and new digest, the .pt file, manifest listing the new digest only).
-# Epoch 0: best.pt 1-3, last.pt 4-6; epoch 1: best.pt 7-9, last.pt 10-12; after that it depends on
-# which epochs improve HR (the stack's rounding decides), so the last two commits, metrics.json and
-# learning_curve.png, are counted on the reference run.
+# Commit 1 is RUN/config.json; epoch 0: best.pt 2-4, last.pt 5-7; epoch 1: best.pt 8-10, last.pt
+# 11-13; after that it depends on which epochs improve HR (the stack's rounding decides), so the
+# last two commits, metrics.json and learning_curve.png, are counted on the reference run.
 CASES = {
     # fault: (epochs last.pt may hold after the kill; None: no last.pt yet)
     "mid-epoch-0": (f"{faults.OPTIMIZER_STEP}:{STEPS_PER_EPOCH // 2}", {None}),
     # Epoch 1's checkpoints are written in the background while epoch 2 trains.
     "mid-epoch-2": (f"{faults.OPTIMIZER_STEP}:{2 * STEPS_PER_EPOCH + 52}", {0, 1}),
-    "before-first-last.pt": (f"{faults.ATOMIC_COMMIT}:5", {None}),
-    "before-epoch-1-last.pt": (f"{faults.ATOMIC_COMMIT}:11", {0}),
-    "before-epoch-1-manifest": (f"{faults.ATOMIC_COMMIT}:12", {1}),
+    "before-first-last.pt": (f"{faults.ATOMIC_COMMIT}:6", {None}),
+    "before-epoch-1-last.pt": (f"{faults.ATOMIC_COMMIT}:12", {0}),
+    "before-epoch-1-manifest": (f"{faults.ATOMIC_COMMIT}:13", {1}),
     "before-metrics.json": ("metrics.json", {5}),  # the reference run's last commit but one
 }
 COMPARED = ("hr@10", "ndcg@10", "final_hr@10", "final_ndcg@10", "best_epoch", "train_loss")

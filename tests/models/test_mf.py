@@ -11,9 +11,9 @@ import torch
 from torch.testing import assert_close
 
 from ncf.models import checkpoint, evaluate, train
-from ncf.models.fit import METRICS_FILE
 from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF
+from ncf.models.trainer import METRICS_FILE
 from tests.models.conftest import FAST, parse
 
 
@@ -43,12 +43,12 @@ def test_penalty_is_per_example_l2_of_what_the_batch_touched():
     model(users, items)
     p, q = model.user_embed.weight.detach(), model.item_embed.weight.detach()
     want = 0.5 * (2 * p[0].square().sum() + q[1].square().sum() + q[2].square().sum() + 2 * 4.0)
-    assert float(model.penalty.detach()) == pytest.approx(float(want), rel=1e-6)
-    before = model.penalty
+    assert float(model.penalty().detach()) == pytest.approx(float(want), rel=1e-6)
+    before = model.penalty()
     model.eval()
     with torch.no_grad():
         model(torch.tensor([2]), torch.tensor([0]))
-    assert model.penalty is before  # evaluation forwards leave the training term alone
+    assert model.penalty() is before  # evaluation forwards leave the training term alone
 
 
 def test_bad_config_names_the_values():

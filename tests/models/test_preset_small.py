@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ncf.models.fit import VALID_PROTOCOL
 from ncf.models.presets import PRESETS
+from ncf.models.selection import VALID_PROTOCOL
 
 RATINGS = Path(__file__).resolve().parents[2] / "data" / "ml-latest-small" / "ratings.csv"
 

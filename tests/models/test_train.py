@@ -13,17 +13,8 @@ import torch
 from ncf.core import names
 from ncf.core.dllog import read_log
 from ncf.models import checkpoint, evaluate, train
-from ncf.models.fit import (
-    DLE_PROTOCOL,
-    LOG_FILE,
-    METRICS_FILE,
-    PLOT_FILE,
-    VALID_PROTOCOL,
-    best_index,
-    should_stop,
-)
-from ncf.models.presets import TrainConfig
-from ncf.models.trainer import Trainer
+from ncf.models.selection import DLE_PROTOCOL, VALID_PROTOCOL
+from ncf.models.trainer import LOG_FILE, METRICS_FILE, PLOT_FILE, Trainer
 from ncf.workflows.etl import EtlOptions, run_etl
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
@@ -291,25 +282,3 @@ def test_patience_stops_after_n_epochs_without_improvement(valid_etl: Path, tmp_
     m = _train(valid_etl, tmp_path / "p", "--epochs", 12, "--patience", 1, "--deterministic")
     assert m["epochs_run"] == m["best_epoch"] + 2 < 12
     assert m["config"]["patience"] == 1
-
-
-def _history(*pairs: tuple[float, float], valid: bool = True) -> list[dict]:
-    p = "valid_" if valid else ""
-    return [{"epoch": e, f"{p}hr@10": h, f"{p}ndcg@10": n} for e, (h, n) in enumerate(pairs)]
-
-
-def test_selection_rule_and_stop_rule_on_hand_made_histories():
-    # HR ties are broken by NDCG, then by the earlier epoch; the DLE rule looks at HR alone.
-    h = _history((0.5, 0.3), (0.6, 0.2), (0.6, 0.4), (0.6, 0.4), (0.55, 0.9))
-    assert best_index(h, True, 10) == 2
-    assert (
-        best_index(
-            _history(*[(x["valid_hr@10"], x["valid_ndcg@10"]) for x in h], valid=False), False, 10
-        )
-        == 1
-    )
-    cfg = TrainConfig(patience=2)
-    assert should_stop(h, cfg, True)  # epochs 3 and 4 did not beat epoch 2
-    assert not should_stop(h[:4], cfg, True)
-    assert not should_stop(h, TrainConfig(patience=0), True)  # 0 = off
-    assert should_stop(h, TrainConfig(threshold=0.6), True)

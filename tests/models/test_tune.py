@@ -13,6 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from ncf.core.config import FORMAT
 from ncf.models import presets, train, tune
 from tests.models.conftest import parse
 from tests.models.etl_data import planted_ratings
@@ -62,13 +63,13 @@ def test_killed_search_resumes_to_the_requested_trials(valid_etl: Path, tmp_path
     assert retry.params == trials[2].params and retry.state == TrialState.COMPLETE
 
     best = json.loads((out / tune.BEST_FILE).read_text())
-    assert best["format"] == first_best["format"] == presets.CONFIG_FORMAT
+    assert best["format"] == first_best["format"] == FORMAT and best["stage"] == "train"
     about = best["about"]
     assert about["trials"]["complete"] == TRIALS and about["trials"]["target"] == TRIALS
     assert about["search_space"] == tune.SEARCH_SPACES["mf"]
     top = max(complete, key=lambda t: t.value)
-    assert about["best_value"] == top.value and best["config"]["lr"] == top.params["lr"]
-    assert best["config"]["epochs"] == top.user_attrs["best_epoch"] + 1 <= 3
+    assert about["best_value"] == top.value and best["config"]["hp"]["lr"] == top.params["lr"]
+    assert best["config"]["hp"]["epochs"] == top.user_attrs["best_epoch"] + 1 <= 3
     assert (out / tune.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     again = _tune(valid_etl, out)  # already done: runs nothing
@@ -90,9 +91,19 @@ def test_without_a_validation_split_tune_refuses(etl_dir: Path, tmp_path: Path):
 
 
 def test_searched_settings_are_not_flags(valid_etl: Path, tmp_path: Path):
-    args = parse(tune, ["--data", valid_etl, "--out", tmp_path / "t", *FLAGS, "--lr", "0.1"])
     with pytest.raises(ValueError, match="--lr: searched by `ncf tune --model mf`"):
-        tune.run(args)
+        parse(tune, ["--data", valid_etl, "--out", tmp_path / "t", *FLAGS, "--lr", "0.1"])
+
+
+def test_the_search_writes_its_resolved_config(valid_etl: Path, tmp_path: Path):
+    out = tmp_path / "t"
+    assert tune.run(parse(tune, ["--data", valid_etl, "--out", out, "--trials", "1", *FLAGS])) == 0
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["stage"] == "tune" and None not in doc["config"].values()
+    assert doc["config"]["study_name"] == "ncf-tune-mf" and doc["config"]["hp"]["seed"] == 3
+    assert parse(tune, ["--config", out / "config.json"]) == tune.TuneConfig.from_dict(
+        doc["config"]
+    )
 
 
 def test_a_study_resumes_only_the_same_search(valid_etl: Path, tmp_path: Path, capsys):
@@ -137,6 +148,6 @@ def test_enqueue_base_tries_the_preset_itself_once(valid_etl: Path, tmp_path: Pa
     assert tune.run(parse(tune, [*args, "--trials", "1"])) == 0
     assert tune.run(parse(tune, [*args, "--trials", "2"])) == 0  # resumed: not queued again
     first, second = _trials(out)
-    want = presets.resolve("mf-small", {})
+    want = presets.preset_config("mf-small")
     assert first.params == {name: getattr(want, name) for name in tune.SEARCH_SPACES["mf"]}
     assert first.user_attrs["base"] == "mf-small" and second.params != first.params
