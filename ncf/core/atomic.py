@@ -79,6 +79,12 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def load_json(path: str | os.PathLike) -> Any | None:
+    """The JSON document at ``path`` (as ``write_json`` wrote it), or None if there is no file."""
+    path = Path(path)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Build a directory under a temporary name and rename it to ``target`` on success.
