@@ -35,7 +35,9 @@ from ncf.bench.entry import Results
 from ncf.core import names
 from ncf.models.checkpoint import load_model
 from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving import retrieval
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
+from ncf.serving.export import gmf_tables
 
 RESERVED = 3  # Categorify's reserved codes below the first real id
 COLUMNS = (
@@ -138,34 +140,7 @@ def scorers(model: NeuMF, lo: int, hi: int) -> dict[str, torch.jit.ScriptModule]
     return out
 
 
-def gmf(model: NeuMF, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """GMF query vectors [U, F] and item vectors [C, F] (as ``ncf export`` writes gmf.npz)."""
-    f = model.cfg.factors
-    with torch.no_grad():
-        users = (model.mf_user_embed.weight * model.final.weight[0, :f]).numpy()
-        items = model.mf_item_embed.weight[lo:hi].detach().numpy()
-    return np.ascontiguousarray(users), np.ascontiguousarray(items)
-
-
-def faiss_index(items: np.ndarray, spec: str, ef_search: int):
-    import faiss
-
-    index = faiss.index_factory(items.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
-    index.train(items)
-    index.add(items)
-    if hasattr(index, "hnsw"):
-        index.hnsw.efSearch = ef_search
-    return index
-
-
 # -- one request ---------------------------------------------------------------------------
-
-
-def top_k(positions: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """Per row the ``k`` best positions, best first."""
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(scores, part, 1), axis=1, kind="stable")
-    return np.take_along_axis(np.take_along_axis(positions, part, 1), order, 1)
 
 
 def exact(scorer, users: np.ndarray, k: int) -> np.ndarray:
@@ -173,20 +148,19 @@ def exact(scorer, users: np.ndarray, k: int) -> np.ndarray:
     with torch.inference_mode():
         scores = scorer(torch.from_numpy(users).reshape(-1, 1))[0].numpy()
     positions = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    return top_k(positions, scores, k)
+    return retrieval.top_k(positions, scores, k)[0]
 
 
 def two_stage(scorer, index, queries, users, n: int, k: int, lo: int, ef: int = 256) -> np.ndarray:
     """Top-k positions from the ``n`` GMF neighbours re-ranked by the network."""
-    if hasattr(index, "hnsw"):  # HNSW returns at most efSearch neighbours (as recommend sets it)
-        index.hnsw.efSearch = max(ef, n)
-    _, cand = index.search(queries[users], n)
-    found = cand >= 0
-    with torch.inference_mode():
-        u = torch.from_numpy(users).reshape(-1, 1)
-        ids = torch.from_numpy(np.where(found, cand, 0) + lo)
-        scores = scorer.score_items(u, ids)[0].numpy()
-    return top_k(cand, np.where(found, scores, -np.inf), k)
+    cand = retrieval.search(index, queries[users], n, ef)
+    u = torch.from_numpy(users).reshape(-1, 1)
+
+    def score(ids: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return scorer.score_items(u, torch.from_numpy(ids))[0].numpy()
+
+    return retrieval.top_k(cand, retrieval.rerank(cand, score, lo), k)[0]
 
 
 def timed(fn, batches: list[np.ndarray]) -> np.ndarray:
@@ -343,9 +317,10 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model, lo, hi, source = build_model(args)
     model_scorers = scorers(model, lo, hi)
-    queries, items = gmf(model, lo, hi)
+    vectors = gmf_tables(model, {"item_id_range": (lo, hi)})
+    queries = vectors["users"]
     t0 = time.perf_counter()
-    index_of = {spec: faiss_index(items, spec, args.ef_search) for spec in args.ann_index}
+    index_of = {spec: retrieval.build_index(vectors["items"], spec) for spec in args.ann_index}
     build_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 2)
     users = rng.integers(RESERVED, model.cfg.num_users, args.quality_users)
