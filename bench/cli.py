@@ -47,7 +47,7 @@ ALL_BENCHES = ("etl", "train", "inference", "triton", "soak")  # what `all` runs
 
 @dataclass
 class AllConfig(Config):
-    """``ncf bench all``: every benchmark on full-scale synthetic data, then the README."""
+    """Every benchmark on full-scale synthetic data, then the README."""
 
     quick: bool = flag(
         False, help="small-scale smoke run (scale 0.01, short points) into work/bench/quick"
@@ -219,6 +219,9 @@ def run_all(cfg: AllConfig) -> int:
 
         update_readme(plan.readme, plan.results)
         print(f"ncf bench all: {plan.readme} results section rewritten from {plan.results}")
+    for record in runner.records:  # what ran, for how long: each can be rerun alone
+        print(f"== {record['stage']}: exit {record['rc']} after {record['seconds']} s: "
+              f"{record['command']}", file=sys.stderr)  # fmt: skip
     if failed:
         print(f"ncf bench all: failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -41,7 +41,7 @@ TARGET = {"total_s": REFERENCE["total_s"] / 2, "peak_rss_gb": REFERENCE["peak_rs
 
 @dataclass
 class EtlBench(Config):
-    """``ncf bench etl``: ETL wall time and peak RSS per stage (vs DLE convert.py)."""
+    """ETL wall time and peak RSS per stage (vs DLE convert.py)."""
 
     input: Path = setting(
         DEFAULT_INPUT, help="ratings.csv to process (from `ncf synth --scale 1.0`)"

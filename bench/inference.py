@@ -59,7 +59,7 @@ _DTYPES = {
 
 @dataclass
 class InferenceBench(Config):
-    """``ncf bench inference``: eager / TorchScript / ONNX Runtime scoring, batch 1..1M."""
+    """Eager / TorchScript / ONNX Runtime scoring, batch 1..1M."""
 
     checkpoint: Path | None = setting(
         None,

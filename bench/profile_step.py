@@ -31,7 +31,7 @@ COLUMNS = ("op", "calls_per_step", "self_ms_per_step", "share_pct", "self_cpu_ms
 
 @dataclass
 class ProfileBench(Config):
-    """``ncf bench profile``: torch.profiler table of one training step's operators."""
+    """The torch.profiler table of one training step's operators."""
 
     data: Path | None = setting(None, help="ETL output directory (default: ncf synth data)")
     scale: float = setting(1.0, help="ncf synth scale when no --data")

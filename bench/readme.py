@@ -86,7 +86,7 @@ def update_readme(readme: str | os.PathLike, results_dir: str | os.PathLike = RE
 
 @dataclass
 class ReadmeBench(Config):
-    """``ncf bench readme``: rewrite the README results section from the results folder."""
+    """Rewrite the README results section from the results folder."""
 
     readme: Path = setting(DEFAULT_README, help="README to rewrite")
     results_dir: Path = setting(RESULTS_DIR, help="results to read")

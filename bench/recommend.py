@@ -60,7 +60,7 @@ COLUMNS = (
 
 @dataclass
 class RecommendBench(Config):
-    """``ncf bench recommend``: top-k over the whole catalogue: exact fp32/bf16, two-stage."""
+    """Top-k over the whole catalogue: exact fp32/bf16, two-stage."""
 
     checkpoint: Path | None = setting(None, help="trained NeuMF (default: random)")
     users: int = setting(138_493, help="users of the random model")

@@ -42,7 +42,7 @@ def summary_row(report: dict) -> dict:
 
 @dataclass
 class SoakBench(Config):
-    """``ncf bench soak``: tritonserver under a bounded load of valid and invalid requests."""
+    """A tritonserver under a bounded load of valid and invalid requests."""
 
     repo: Path = setting(Path("triton_repo"), help="exported repository")
     duration: float = setting(60.0, help="seconds of load")

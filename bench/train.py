@@ -63,7 +63,7 @@ RUN_COLUMNS = (
 
 @dataclass
 class TrainBench(Config):
-    """``ncf bench train``: training throughput and memory per batch size and precision."""
+    """Training throughput and memory per batch size and precision."""
 
     data: Path | None = setting(
         None, help="ETL output directory (default: ncf synth data at --scale)"

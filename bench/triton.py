@@ -322,7 +322,7 @@ def _pa_row(row: dict[str, str], batch: int, protocol: str) -> dict:
 
 @dataclass
 class TritonBench(Config):
-    """``ncf bench triton``: tritonserver: neumf, ncf, recommend over HTTP and gRPC."""
+    """A real tritonserver: neumf, ncf, recommend over HTTP and gRPC."""
 
     repo: Path = setting(
         Path("triton_repo"), help="exported model repository (`ncf export --repo`)"
