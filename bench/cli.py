@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
-from ncf.core.config import Config, flag, main_error, resolve, setting
+from ncf.core.config import Config, flag, main_error, resolve, setting, write_config
 from ncf.core.runner import Runner, StageFailed
 from ncf.serving.repository import latest_version
 
@@ -199,6 +199,8 @@ def run_step(runner: Runner, name: str, stage: str, how: Config | list[str]) -> 
 def run_all(cfg: AllConfig) -> int:
     plan = plan_from(cfg)
     runner = Runner(plan.work / "configs")
+    resolved = {"scale": plan.scale, "work": plan.work, "results_dir": plan.results}
+    write_config(runner.config_dir / "bench-all.json", cfg.replace(**resolved), "bench all")
     for step in prepare(plan):
         try:
             run_step(runner, *step)
