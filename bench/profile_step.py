@@ -44,6 +44,13 @@ class ProfileBench(Config):
     name: str = setting("profile_step", help="results name (<results-dir>/<name>.json)")
     results_dir: Path = setting(RESULTS_DIR, help="where the results go")
 
+    def check(self) -> None:
+        if self.steps < 1 or self.warmup < 0 or self.batch < 1:
+            raise ValueError(
+                f"--steps {self.steps} --warmup {self.warmup} --batch {self.batch}: need "
+                "steps >= 1, warmup >= 0, batch >= 1"
+            )
+
 
 CONFIG = ProfileBench
 
@@ -133,11 +140,6 @@ def profile(args: ProfileBench, data_path: Path) -> tuple[list[dict], dict]:
 
 
 def run(args: ProfileBench) -> Results:
-    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
-        raise ValueError(
-            f"--steps {args.steps} --warmup {args.warmup} --batch {args.batch}: need steps >= 1, "
-            "warmup >= 0, batch >= 1"
-        )
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     data = args.data
