@@ -75,9 +75,12 @@ def usage(prog: str) -> str:
 
 def run_argv(argv: list[str], prog: str = "ncf bench") -> int:
     """``ncf bench BENCH ARGS``: run one bench (its results record ``PROG BENCH ARGS``) or ``all``."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(prog), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+    if not argv:
+        print(usage(prog), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):  # as argparse's help: print, exit 0
+        print(usage(prog))
+        raise SystemExit(0)
     name, rest = argv[0], list(argv[1:])
     where = f"{prog} {name}"
     if name == "all":
