@@ -9,11 +9,12 @@
 exports the Triton repository, then runs every benchmark in its own process (so each gets its own
 peak RSS) and rewrites the README's results section. ``--quick`` is a small-scale smoke run whose
 results go to ``work/bench/quick/results`` (the committed ``bench/results`` stay untouched).
+Every step runs through ``ncf.core.runner.Runner``: its config is written to ``WORK/configs/`` and
+run as ``python -m ncf.cli STAGE --config FILE``.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
+from ncf.core.config import Config, flag, main_error, resolve, setting, write_config
+from ncf.core.runner import Runner, StageFailed
 from ncf.serving.repository import latest_version
 
 BENCHES: dict[str, tuple[str, str]] = {
@@ -37,69 +40,63 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     # a diagnostic, not part of `ncf bench all`
     "profile": ("ncf.bench.profile_step", "torch.profiler table of one training step's operators"),
+    "readme": ("ncf.bench.readme", "rewrite the README results section from bench/results"),
 }
+ALL_BENCHES = ("etl", "train", "inference", "triton", "soak")  # what `all` runs, in this order
 
 
-class _ArgvParser(argparse.ArgumentParser):
-    """A bench's subparser that keeps the arguments it was given (``args.bench_argv``), so that
-    the results record ``ncf bench NAME ARGS`` as the user typed them."""
+@dataclass
+class AllConfig(Config):
+    """Every benchmark on full-scale synthetic data, then the README."""
 
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
-        namespace.bench_argv = list(sys.argv[1:] if args is None else args)
-        return namespace, extras
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(
-        dest="bench", metavar="BENCH", required=True, parser_class=_ArgvParser
+    quick: bool = flag(
+        False, help="small-scale smoke run (scale 0.01, short points) into work/bench/quick"
     )
-    for name, (module, help_) in BENCHES.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+    scale: float = setting(0.0, help="synthetic scale (0: 1.0, quick 0.01)")
+    work: Path | None = setting(None, help="ETL/run/repo folder (default work/bench)")
+    results_dir: Path | None = setting(None, help="default bench/results (quick: WORK/results)")
+    readme: Path | None = setting(None, help="README to rewrite (default README.md; quick: none)")
+    skip: list[str] = setting(
+        default_factory=list, choices=sorted(set(BENCHES) - {"readme"}), help="benches to skip"
+    )
+
+    def check(self) -> None:
+        if self.scale < 0:
+            raise ValueError(f"--scale {self.scale}: must be > 0 (or 0 for the default)")
+
+
+def usage(prog: str) -> str:
+    """The list of benches (``ncf bench --help``)."""
+    lines = [f"usage: {prog} BENCH [options]   (BENCH --help for its options)", "", "benches:"]
+    lines += [f"  {name:10s} {help_}" for name, (_, help_) in BENCHES.items()]
+    lines.append(f"  {'all':10s} {AllConfig.__doc__.splitlines()[0]}")
+    return "\n".join(lines)
+
+
+def run_argv(argv: list[str], prog: str = "ncf bench") -> int:
+    """``ncf bench BENCH ARGS``: run one bench (its results record ``PROG BENCH ARGS``) or ``all``."""
+    if not argv:
+        print(usage(prog), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):  # as argparse's help: print, exit 0
+        print(usage(prog))
+        raise SystemExit(0)
+    name, rest = argv[0], list(argv[1:])
+    where = f"{prog} {name}"
+    if name == "all":
         try:
-            importlib.import_module(module).add_arguments(p)
-        except ImportError as exc:  # a host without that bench's stack: fail only if it is chosen
-            p.set_defaults(import_error=f"{module} cannot be imported here: {exc}")
-    p = sub.add_parser("all", help="every benchmark on full-scale synthetic data, then the README")
-    add_all_arguments(p)
-    p = sub.add_parser("readme", help="rewrite the README results section from bench/results")
-    importlib.import_module("ncf.bench.readme").add_arguments(p)
-
-
-def add_all_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="small-scale smoke run (scale 0.01, short points) into work/bench/quick",
-    )
-    p.add_argument(
-        "--scale", type=float, default=None, help="synthetic scale (default 1.0; quick 0.01)"
-    )
-    p.add_argument(
-        "--work", type=Path, default=None, help="ETL/run/repo folder (default work/bench)"
-    )
-    p.add_argument(
-        "--results-dir", type=Path, default=None, help="default bench/results (quick: WORK/results)"
-    )
-    p.add_argument(
-        "--readme",
-        type=Path,
-        default=None,
-        help="README to rewrite (default README.md; quick: none)",
-    )
-    p.add_argument("--skip", nargs="+", default=[], choices=sorted(BENCHES), help="benches to skip")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the chosen bench through ``ncf.bench.entry`` (its results record ``ncf bench NAME ...``)."""
-    if args.bench == "all":
-        return run_all(args)
-    if getattr(args, "import_error", None):
-        raise RuntimeError(args.import_error)
-    module = BENCHES[args.bench][0] if args.bench in BENCHES else "ncf.bench.readme"
-    prog = f"ncf bench {args.bench}"
-    args.cmdline = entry.command_line(prog, args.bench_argv)
-    return entry.execute(importlib.import_module(module), args, prog)
+            return run_all(resolve(AllConfig, rest, "bench all", where))
+        except (ValueError, FileNotFoundError, StageFailed) as exc:
+            return main_error(where, exc)
+    if name not in BENCHES:
+        return main_error(
+            prog, ValueError(f"unknown bench {name!r}; benches: {', '.join(BENCHES)}, all")
+        )
+    try:
+        module = importlib.import_module(BENCHES[name][0])
+    except ImportError as exc:  # a host without that bench's stack
+        return main_error(where, ImportError(f"{BENCHES[name][0]} cannot be imported here: {exc}"))
+    return entry.run_bench(module, name, rest, where)
 
 
 @dataclass
@@ -126,118 +123,110 @@ class Plan:
         return self.work / "triton_repo"
 
 
-def plan_from(args: argparse.Namespace) -> Plan:
+def plan_from(cfg: AllConfig) -> Plan:
     """Resolve ``all``'s defaults (quick runs never touch bench/results or the README)."""
-    quick = args.quick
-    scale = args.scale if args.scale is not None else (0.01 if quick else 1.0)
-    if not scale > 0:
-        raise ValueError(f"--scale {scale}: must be > 0")
+    quick = cfg.quick
+    scale = cfg.scale or (0.01 if quick else 1.0)
     name = "ml20m" if scale == 1.0 else f"scale{scale:g}"
-    work = args.work or (Path("work/bench/quick") if quick else Path("work/bench"))
-    results = args.results_dir or (work / "results" if quick else RESULTS_DIR)
-    readme = args.readme or (None if quick else Path("README.md"))
+    work = cfg.work or (Path("work/bench/quick") if quick else Path("work/bench"))
+    results = cfg.results_dir or (work / "results" if quick else RESULTS_DIR)
+    readme = cfg.readme or (None if quick else Path("README.md"))
     return Plan(quick, scale, Path("data/synth") / name / "ratings.csv", work, results, readme)
 
 
-def _py(*args: str | Path) -> list[str]:
-    return [sys.executable, "-m", *map(str, args)]
+# A step: (record name, ``ncf`` stage, the stage's config, or its flags while the stage takes no
+# config yet; switching a stage to its config replaces its flags list by the config, one line).
+Step = tuple[str, str, Config | list[str]]
 
 
-def prepare(plan: Plan) -> list[tuple[str, list[str]]]:
-    """Commands that make the inputs (data, ETL, checkpoint, Triton repository) still missing."""
-    steps = []
+def prepare(plan: Plan) -> list[Step]:
+    """Steps that make the inputs (data, ETL, checkpoint, Triton repository) still missing."""
+    steps: list[Step] = []
     if not plan.ratings.is_file():
-        steps.append(
-            ("synth", _py("ncf.cli", "synth", "--scale", plan.scale, "--out", plan.ratings))
-        )
-    steps.append(("etl", _py("ncf.cli", "etl", "--input", plan.ratings, "--out", plan.etl)))
+        steps.append(("synth", "synth", ["--scale", str(plan.scale), "--out", str(plan.ratings)]))
+    steps.append(("etl", "etl", ["--input", str(plan.ratings), "--out", str(plan.etl)]))
     if not plan.checkpoint.is_file():
         # A brief run: the inference and Triton benches need a real checkpoint, not a good one.
         brief = ["--epochs", "1"] + (["--preset", "small"] if plan.quick else [])
-        steps.append(
-            (
-                "train",
-                _py(
-                    "ncf.cli",
-                    "train",
-                    "--data",
-                    plan.etl,
-                    "--out",
-                    plan.checkpoint.parent,
-                    "--force",
-                    *brief,
-                ),
-            )
-        )
+        out = ["--data", str(plan.etl), "--out", str(plan.checkpoint.parent), "--force"]
+        steps.append(("train", "train", [*out, *brief]))
     if latest_version(plan.repo / "neumf") is None:  # nothing exported yet
-        steps.append(
-            (
-                "export",
-                _py(
-                    "ncf.cli",
-                    "export",
-                    "--checkpoint",
-                    plan.checkpoint,
-                    "--data",
-                    plan.etl,
-                    "--repo",
-                    plan.repo,
-                ),
-            )
-        )
+        where = ["--checkpoint", str(plan.checkpoint), "--data", str(plan.etl)]
+        steps.append(("export", "export", [*where, "--repo", str(plan.repo)]))
     return steps
 
 
-def bench_commands(plan: Plan, skip: list[str]) -> list[tuple[str, list[str]]]:
-    """One command per benchmark, sized for the plan."""
-    r = ["--results-dir", plan.results]
+def bench_configs(plan: Plan, skip: list[str]) -> list[tuple[str, Config | None]]:
+    """Each benchmark of ``all`` with its config sized for the plan (None: it cannot be imported
+    on this host)."""
     q = plan.quick
-    cmds = {
-        "etl": _py(
-            "ncf.bench.etl", "--input", plan.ratings, *r, *(["--workers", "1"] if q else [])
-        ),
-        "train": _py(
-            "ncf.bench.train",
-            "--data",
-            plan.etl,
-            *r,
-            *(["--batch-sizes", "65536", "--procs", "1", "--steps", "2"] if q else []),
-        ),
-        "inference": _py(
-            "ncf.bench.inference",
-            "--checkpoint",
-            plan.checkpoint,
-            *r,
-            *(["--batch-sizes", "1", "1024", "16384", "--max-seconds", "0.3"] if q else []),
-        ),
-        "triton": _py(
-            "ncf.bench.triton",
-            "--repo",
-            plan.repo,
-            *r,
-            *(["--concurrency", "1", "4", "--duration", "0.5", "--warmup", "0.2"] if q else []),
-        ),
-        "soak": _py("ncf.bench.soak", "--repo", plan.repo, *r, *(["--duration", "5"] if q else [])),
+    values = {
+        "etl": {"input": plan.ratings, **({"workers": "1"} if q else {})},
+        "train": {
+            "data": plan.etl,
+            **({"batch_sizes": [65536], "procs": [1], "steps": 2} if q else {}),
+        },
+        "inference": {
+            "checkpoint": plan.checkpoint,
+            **({"batch_sizes": [1, 1024, 16384], "max_seconds": 0.3} if q else {}),
+        },
+        "triton": {
+            "repo": plan.repo,
+            **({"concurrency": [1, 4], "duration": 0.5, "warmup": 0.2} if q else {}),
+        },
+        "soak": {"repo": plan.repo, **({"duration": 5.0} if q else {})},
     }
-    return [(name, cmd) for name, cmd in cmds.items() if name not in skip]
+    out: list[tuple[str, Config | None]] = []
+    for name in ALL_BENCHES:
+        if name in skip:
+            continue
+        try:
+            module = importlib.import_module(BENCHES[name][0])
+        except ImportError as exc:
+            print(f"ncf bench all: {name} cannot run here: {exc}", file=sys.stderr)
+            out.append((name, None))
+            continue
+        out.append((name, module.CONFIG(**values[name], results_dir=plan.results)))
+    return out
 
 
-def run_all(args: argparse.Namespace) -> int:
-    plan = plan_from(args)
-    failed = []
-    for name, cmd in prepare(plan):
-        if _step(name, cmd) != 0:
-            raise RuntimeError(f"ncf bench all: preparing {name} failed; fix it and rerun")
-    if "triton" not in args.skip:
+def run_step(runner: Runner, name: str, stage: str, how: Config | list[str]) -> None:
+    """Run one step through ``runner``: a config is handed over as a file; flags (a stage not
+    yet on configs) are passed as they are."""
+    if isinstance(how, list):
+        _legacy_step(runner, name, stage, how)
+    else:
+        runner.run(name, stage, how)
+
+
+def run_all(cfg: AllConfig) -> int:
+    plan = plan_from(cfg)
+    runner = Runner(plan.work / "configs")
+    resolved = {"scale": plan.scale, "work": plan.work, "results_dir": plan.results}
+    write_config(runner.config_dir / "bench-all.json", cfg.replace(**resolved), "bench all")
+    for step in prepare(plan):
+        try:
+            run_step(runner, *step)
+        except StageFailed as exc:
+            raise StageFailed(f"preparing {step[0]} failed: {exc}") from None
+    if "triton" not in cfg.skip:
         _setup_perf_analyzer()
-    for name, cmd in bench_commands(plan, args.skip):
-        if _step(f"bench {name}", cmd) != 0:
+    failed = []
+    for name, bench_cfg in bench_configs(plan, cfg.skip):
+        try:
+            if bench_cfg is None:
+                raise StageFailed(f"bench {name} cannot be imported here")
+            runner.run(f"bench-{name}", f"bench {name}", bench_cfg)
+        except StageFailed:
             failed.append(name)  # the other benches still run; the exit code reports it
     if plan.readme is not None:
         from ncf.bench.readme import update_readme
 
         update_readme(plan.readme, plan.results)
         print(f"ncf bench all: {plan.readme} results section rewritten from {plan.results}")
+    for record in runner.records:  # what ran, for how long: each can be rerun alone
+        print(f"== {record['stage']}: exit {record['rc']} after {record['seconds']} s: "
+              f"{record['command']}", file=sys.stderr)  # fmt: skip
     if failed:
         print(f"ncf bench all: failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -247,20 +236,22 @@ def _setup_perf_analyzer() -> None:
     """Build .venv-pa with perf_analyzer if it is not there (the Triton bench falls back to its
     own load generator when this fails, e.g. without PyPI access)."""
     script = Path(__file__).resolve().parent / "setup_perf_analyzer.sh"
-    if _step("perf_analyzer setup", ["bash", str(script)]) != 0:
+    if subprocess.run(["bash", str(script)], check=False).returncode != 0:
         print(
             "ncf bench all: perf_analyzer unavailable; the Triton bench uses tritonclient threads",
             file=sys.stderr,
         )
 
 
-def _step(name: str, cmd: list[str]) -> int:
-    print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+def _legacy_step(runner: Runner, name: str, stage: str, argv: list[str]) -> None:
+    """A stage whose module takes flags, not yet a config: ``python -m ncf.cli STAGE ARGV``,
+    recorded in ``runner.records`` as ``Runner.run`` records a stage."""
+    words = [*stage.split(), *argv]
+    command = "ncf " + " ".join(words)
+    print(f"\n=== {name}: {command}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    code = subprocess.run(cmd, check=False).returncode
-    print(
-        f"== {name}: exit {code} after {time.perf_counter() - t0:.1f} s",
-        file=sys.stderr,
-        flush=True,
-    )
-    return code
+    rc = subprocess.run([sys.executable, "-m", "ncf.cli", *words], check=False).returncode
+    seconds = round(time.perf_counter() - t0, 2)
+    runner.records.append({"stage": name, "command": command, "seconds": seconds, "rc": rc})
+    if rc != 0:
+        raise StageFailed(f"stage {name!r} failed (exit {rc}); rerun it alone with: {command}")

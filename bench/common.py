@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata as md
-import json
 import os
 import platform
 import sys
@@ -175,9 +174,3 @@ def write_results(
     print(table)
     print(f"wrote {results_dir / (name + '.json')}")
     return payload
-
-
-def load_results(name: str, results_dir: Path = RESULTS_DIR) -> dict[str, Any] | None:
-    """The last written result of bench ``name``, or None."""
-    path = results_dir / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None

@@ -1,16 +1,16 @@
-"""The one entry of every benchmark module: parse, run, write the results, one-line errors.
+"""The one entry of every benchmark module: resolve its config, run, write the results, one-line errors.
 
-A benchmark module defines ``add_arguments(parser)`` and ``run(args)``; ``run`` returns an exit
-code, or a ``Results`` that this module writes as ``<results-dir>/<name>.json`` and ``.md`` (and
-``.png`` when it has a ``Plot`` and ``--no-plot`` is not given). Its ``__main__`` block is
-``sys.exit(entry.main(sys.modules[__name__]))``; ``ncf bench NAME`` (bench/cli.py) calls ``execute`` on the
-arguments it parsed. Either way the command recorded in the results is the one the user typed:
-``python -m bench.X ARGS`` or ``ncf bench NAME ARGS``, in ``args.cmdline``.
+A benchmark module defines ``CONFIG`` (its typed config, ``ncf.core.config.Config``; the command
+line is generated from it) and ``run(cfg)``; ``run`` returns an exit code, or a ``Results`` that
+this module writes as ``<results-dir>/<name>.json`` and ``.md`` (and ``.png`` when it has a
+``Plot`` and ``--no-plot`` is not given). The JSON holds the resolved config (``"config"``) and the
+command as the user typed it: ``python -m ncf.bench.X ARGS`` (the module's ``__main__`` block is
+``sys.exit(entry.main(sys.modules[__name__]))``) or ``ncf bench NAME ARGS`` (bench/cli.py); both
+call ``run_bench``. Config files of a bench are those of stage ``bench NAME``.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import shlex
 import subprocess
@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ncf.bench.common import RESULTS_DIR, write_results
+from ncf.core.config import Config, main_error, resolve
 
 
 class BenchError(RuntimeError):
@@ -86,40 +87,49 @@ def write(results: Results, command: str, plot: bool = True) -> dict[str, Any]:
     return payload
 
 
-def execute(module: ModuleType, args: argparse.Namespace, prog: str) -> int:
-    """Run ``module.run(args)`` and write what it returns; errors (``ERRORS``) as one line
-    ``PROG: error: MESSAGE`` on stderr and exit code 2. ``args.cmdline`` is the recorded command.
-    """
+def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
+    """Run ``module.run(cfg)`` and write what it returns (with ``cfg`` as its ``"config"`` and
+    ``command`` as the recorded command); errors (``ERRORS``) as one line ``PROG: error: MESSAGE``
+    on stderr and exit code 2."""
     try:
-        out = module.run(args)
+        if hasattr(cfg, "resolved"):  # settings whose default depends on others, filled in
+            cfg = cfg.resolved()
+        out = module.run(cfg)
         if isinstance(out, Results):
-            write(out, args.cmdline, plot=not getattr(args, "no_plot", False))
+            out.extra = {**out.extra, "config": cfg.to_dict()}
+            write(out, command, plot=getattr(cfg, "plot", True))
             return out.exit_code
         return int(out or 0)
     except ERRORS as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"{prog}: error: {first}", file=sys.stderr)
-        return 2
+        return main_error(prog, exc)
 
 
-def parser_for(module: ModuleType, prog: str) -> argparse.ArgumentParser:
-    """The module's parser under ``prog``, described by its docstring's first line."""
-    doc = (module.__doc__ or "").strip().splitlines()
-    parser = argparse.ArgumentParser(prog=prog, description=doc[0] if doc else None)
-    module.add_arguments(parser)
-    return parser
+def run_bench(module: ModuleType, name: str, argv: Sequence[str], prog: str) -> int:
+    """Resolve ``module.CONFIG`` from ``argv`` (stage ``bench NAME``), run it, write its results;
+    the exit code (2 and one line for a bad command line)."""
+    try:
+        cfg = resolve(module.CONFIG, argv, f"bench {name}", prog)
+    except (ValueError, FileNotFoundError) as exc:
+        return main_error(prog, exc)
+    return execute(module, cfg, command_line(prog, argv), prog)
 
 
 def main(module: ModuleType | str, argv: Sequence[str] | None = None) -> int:
-    """``python -m MODULE ARGV`` (default ``sys.argv[1:]``): parse, run, write; the exit code.
+    """``python -m MODULE ARGV`` (default ``sys.argv[1:]``): resolve, run, write; the exit code.
 
     ``module`` is a benchmark module or its name; run as ``python -m``, a module passes itself
-    (``sys.modules[__name__]``), whose spec still names it ``bench.X``.
+    (``sys.modules[__name__]``), whose spec still names it ``ncf.bench.X``.
     """
     if isinstance(module, str):
         module = importlib.import_module(module)
-    prog = f"python -m {module.__spec__.name}"
+    name = module.__spec__.name
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser_for(module, prog).parse_args(argv)
-    args.cmdline = command_line(prog, argv)
-    return execute(module, args, prog)
+    return run_bench(module, bench_name(name), argv, f"python -m {name}")
+
+
+def bench_name(module_name: str) -> str:
+    """The ``ncf bench`` subcommand of a bench module (``ncf.bench.profile_step`` -> profile)."""
+    from ncf.bench.cli import BENCHES  # the one table of benches (cli imports this module)
+
+    found = [name for name, (module, _) in BENCHES.items() if module == module_name]
+    return found[0] if found else module_name.rsplit(".", 1)[-1]

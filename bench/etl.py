@@ -18,12 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR, PeakRSS, stage
 from ncf.bench.entry import Results
+from ncf.core.config import Config, flag, setting, write_config
+from ncf.workflows.etl import EtlOptions
 
 DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
 STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
@@ -36,31 +39,37 @@ REFERENCE = {
 TARGET = {"total_s": REFERENCE["total_s"] / 2, "peak_rss_gb": REFERENCE["peak_rss_gb"] * 3 / 4}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``ncf bench etl`` / ``python -m ncf.bench.etl``."""
-    parser.add_argument(
-        "--input",
-        type=Path,
-        default=DEFAULT_INPUT,
-        help=f"ratings.csv to process (default {DEFAULT_INPUT}, from `ncf synth --scale 1.0`)",
+@dataclass
+class EtlBench(Config):
+    """ETL wall time and peak RSS per stage (vs DLE convert.py)."""
+
+    input: Path = setting(
+        DEFAULT_INPUT, help="ratings.csv to process (from `ncf synth --scale 1.0`)"
     )
-    parser.add_argument(
-        "--workers", default="1,2", help="comma-separated worker counts (default 1,2)"
+    workers: str = setting("1,2", help="comma-separated worker counts, one run each")
+    engine: Literal["nvtabular", "pandas"] = setting("nvtabular", help="ETL engine")
+    eval_negatives: int = setting(
+        EtlOptions.negatives, help="evaluation negatives per user (`ncf etl`'s default)"
     )
-    parser.add_argument("--engine", default="nvtabular", choices=("nvtabular", "pandas"))
-    parser.add_argument("--negatives", type=int, default=100)
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=Path("work/bench-etl"),
+    work: Path = setting(
+        Path("work/bench-etl"),
         help="where the ETL outputs go (deleted after each run unless --keep)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the ETL outputs")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    keep: bool = flag(False, help="keep the ETL outputs")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+    # set by the parent for the process that runs one configuration: where its record goes
+    child: Path | None = setting(None, help=argparse.SUPPRESS)
+
+    def check(self) -> None:
+        counts = self.workers.split(",")
+        if not all(c.strip().isdigit() and int(c) >= 1 for c in counts):
+            raise ValueError(f"--workers {self.workers!r}: use counts >= 1 like 1,2")
 
 
-def run(args: argparse.Namespace) -> Results | int:
+CONFIG = EtlBench
+
+
+def run(args: EtlBench) -> Results | int:
     """Run every configuration in a subprocess; the rows of ``etl.json`` / ``etl.md``."""
     if args.child is not None:
         return _child(args)
@@ -83,7 +92,7 @@ def run(args: argparse.Namespace) -> Results | int:
         },
         "target": TARGET,
         "engine": args.engine,
-        "negatives": args.negatives,
+        "negatives": args.eval_negatives,
     }
     title = "ETL: `ncf etl` on 20M synthetic ML-20m ratings (seconds / peak GB per stage)"
     return Results("etl", rows, columns, title, args.results_dir, extra)
@@ -95,27 +104,13 @@ def _warm_page_cache(path: Path) -> None:
             pass
 
 
-def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_child(args: EtlBench, workers: int) -> tuple[dict[str, Any], dict[str, Any]]:
     out = args.work / f"workers{workers}"
     with tempfile.TemporaryDirectory() as tmp:
         record_path = Path(tmp) / "record.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "ncf.bench.etl",
-            "--child",
-            str(record_path),
-            "--input",
-            str(args.input),
-            "--workers",
-            str(workers),
-            "--engine",
-            args.engine,
-            "--negatives",
-            str(args.negatives),
-            "--work",
-            str(out),
-        ]
+        one = args.replace(child=record_path, workers=str(workers), work=out)
+        config = write_config(Path(tmp) / "config.json", one, "bench etl")
+        cmd = [sys.executable, "-m", "ncf.bench.etl", "--config", str(config)]
         subprocess.run(cmd, check=True)
         record = json.loads(record_path.read_text())
     meta = json.loads((out / "metadata.json").read_text())
@@ -124,15 +119,15 @@ def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], 
     return record, meta
 
 
-def _child(args: argparse.Namespace) -> int:
+def _child(args: EtlBench) -> int:
     """One configuration in this process: time every stage, sample peak RSS."""
-    from ncf.workflows.etl import EtlOptions, run_etl
+    from ncf.workflows.etl import run_etl
 
     stages: dict[str, Any] = {}
     opts = EtlOptions(
         input=args.input,
         out=args.work,
-        negatives=args.negatives,
+        negatives=args.eval_negatives,
         workers=int(args.workers),
         engine=args.engine,
         force=True,

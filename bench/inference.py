@@ -12,14 +12,15 @@ reports samples/s (batch / mean latency) and mean/p90/p95/p99 latency in ms.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import io
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import BenchError, Plot, Results
 from ncf.core import names
+from ncf.core.config import DEFAULT_SEED, Config, flag, setting
 from ncf.models import checkpoint
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving.served import ServingNeuMF
@@ -55,37 +57,52 @@ _DTYPES = {
 }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint",
-        type=Path,
-        help="training checkpoint (best.pt); default: a "
-        "randomly initialised NeuMF of --num-users x --num-items (fine for throughput)",
+@dataclass
+class InferenceBench(Config):
+    """Eager / TorchScript / ONNX Runtime scoring, batch 1..1M."""
+
+    checkpoint: Path | None = setting(
+        None,
+        help="training checkpoint (best.pt); default: a randomly initialised NeuMF of "
+        "--num-users x --num-items (fine for throughput)",
     )
-    p.add_argument("--num-users", type=int, default=ML20M_USERS)
-    p.add_argument("--num-items", type=int, default=ML20M_ITEMS)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    p.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
-    p.add_argument(
-        "--precisions",
-        nargs="+",
-        default=None,
+    num_users: int = setting(ML20M_USERS, help="users of the random model")
+    num_items: int = setting(ML20M_ITEMS, help="items of the random model")
+    device: Literal["cpu", "cuda"] = setting("cpu", help="where to score")
+    batch_sizes: list[int] = setting(default_factory=lambda: list(BATCH_SIZES), help="batch sizes")
+    backends: list[str] = setting(
+        default_factory=lambda: list(BACKENDS), choices=BACKENDS, help="backends to time"
+    )
+    precisions: list[str] = setting(
+        default_factory=list,
         choices=sorted(_DTYPES),
-        help="default: fp32 (+ bf16 where the CPU has it) on CPU; tf32 fp32 fp16 bf16 on CUDA",
+        help="default (none given): fp32 (+ bf16 where the CPU has it) on CPU; tf32 fp32 fp16 "
+        "bf16 on CUDA",
     )
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls per point")
-    p.add_argument("--max-iters", type=int, default=200, help="timed calls per point, at most")
-    p.add_argument("--min-iters", type=int, default=5, help="timed calls per point, at least")
-    p.add_argument("--max-seconds", type=float, default=2.0, help="time budget per point")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--name", default="inference", help="results name (<results-dir>/<name>.json)")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    warmup: int = setting(3, help="untimed calls per point")
+    max_iters: int = setting(200, help="timed calls per point, at most")
+    min_iters: int = setting(5, help="timed calls per point, at least")
+    max_seconds: float = setting(2.0, help="time budget per point")
+    seed: int = setting(DEFAULT_SEED, help="seed of the random model and the ids")
+    threads: int = setting(0, help="torch CPU threads (0: torch's default)")
+    name: str = setting("inference", help="results name (<results-dir>/<name>.json)")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+    plot: bool = flag(True, help="write the PNG plot (--no-plot: skip it)")
+
+    def check(self) -> None:
+        _validate(self)
+
+    def resolved(self) -> InferenceBench:
+        """The precisions filled in for the device (which must be visible)."""
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+        return self.replace(precisions=self.precisions or default_precisions(self.device))
 
 
-def load_model(args: argparse.Namespace) -> tuple[NeuMF, str]:
+CONFIG = InferenceBench
+
+
+def load_model(args: InferenceBench) -> tuple[NeuMF, str]:
     """The model to time and a description of where it came from."""
     if args.checkpoint is None:
         torch.manual_seed(args.seed)
@@ -227,7 +244,7 @@ def random_ids(cfg: NeuMFConfig, batch: int, device: torch.device, seed: int):
 
 
 def bench_point(
-    runner: Callable, cfg: NeuMFConfig, batch: int, device: torch.device, args: argparse.Namespace
+    runner: Callable, cfg: NeuMFConfig, batch: int, device: torch.device, args: InferenceBench
 ) -> dict:
     """Time one (backend, precision, batch) point."""
     users, items = random_ids(cfg, batch, device, args.seed + batch)
@@ -243,7 +260,7 @@ def bench_point(
     return {"batch": batch, **summarize(lat, batch)}
 
 
-def run_matrix(model: NeuMF, args: argparse.Namespace, precisions: Sequence[str]):
+def run_matrix(model: NeuMF, args: InferenceBench, precisions: Sequence[str]):
     """Every backend x precision x batch point; returns (rows, skipped reasons)."""
     device = torch.device(args.device)
     scorer = ServingNeuMF(model)
@@ -287,24 +304,21 @@ class _matmul_precision:
         torch.set_float32_matmul_precision(self.old)
 
 
-def _validate(args: argparse.Namespace) -> None:
+def _validate(args: InferenceBench) -> None:
     bad = [b for b in args.batch_sizes if b < 1]
     if bad:
         raise ValueError(f"--batch-sizes {bad}: every batch size must be >= 1")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     if args.min_iters < 1 or args.max_iters < args.min_iters:
         raise ValueError(
             f"--min-iters {args.min_iters} / --max-iters {args.max_iters}: need 1 <= min <= max"
         )
 
 
-def run(args: argparse.Namespace) -> Results:
-    _validate(args)
+def run(args: InferenceBench) -> Results:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, source = load_model(args)
-    precisions = args.precisions or default_precisions(args.device)
+    precisions = args.precisions
     rows, skipped = run_matrix(model, args, precisions)
     if not rows:
         raise BenchError(f"no benchmark point could run: {skipped}")

@@ -6,9 +6,9 @@ service (Triton SDK image) reads the file this writes after ``ncf export``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from ncf.bench import entry
 from ncf.core import names
 from ncf.core.atomic import write_text
+from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.serving.client import IdPool
 
 
@@ -33,25 +34,30 @@ def pa_input_data(pool: IdPool, model: str, k: int, n: int, seed: int) -> dict:
     return {"data": data}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repo", type=Path, default=Path("triton_repo"), help="exported repository")
-    p.add_argument(
-        "--model",
-        default=names.MODEL_NEUMF,
+@dataclass
+class PaInput(Config):
+    """Write a perf_analyzer ``--input-data`` JSON of real ids for one model of a repository."""
+
+    repo: Path = setting(Path("triton_repo"), help="exported repository")
+    model: str = setting(
+        names.MODEL_NEUMF,
         choices=(names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND),
-        help="whose inputs to write (neumf_libtorch/neumf_onnx take neumf's); default %(default)s",
+        help="whose inputs to write (neumf_libtorch/neumf_onnx take neumf's)",
     )
-    p.add_argument(
-        "--entries", type=int, default=1024, help="batch-1 entries (default %(default)s)"
-    )
-    p.add_argument("--k", type=int, default=10, help="k for `recommend`")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("triton_repo/perf_input.json"))
+    entries: int = setting(1024, help="batch-1 entries")
+    k: int = setting(10, help="k for `recommend`")
+    seed: int = setting(DEFAULT_SEED, help="seed of the ids")
+    out: Path = setting(Path("triton_repo/perf_input.json"), help="file to write")
+
+    def check(self) -> None:
+        if self.entries < 1:
+            raise ValueError(f"--entries {self.entries}: must be >= 1")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.entries < 1:
-        raise ValueError(f"--entries {args.entries}: must be >= 1")
+CONFIG = PaInput
+
+
+def run(args: PaInput) -> int:
     data = pa_input_data(IdPool(args.repo), args.model, args.k, args.entries, args.seed)
     write_text(args.out, json.dumps(data))
     print(f"wrote {args.out} ({args.entries} entries for {args.model})")

@@ -11,11 +11,12 @@ AMP step is below DLE's A100 figure and this says which operators take the time.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -23,23 +24,35 @@ from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import Results
 from ncf.bench.train_point import OUR_PRECISIONS
+from ncf.core.config import Config, setting
 
 COLUMNS = ("op", "calls_per_step", "self_ms_per_step", "share_pct", "self_cpu_ms_per_step")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, help="ETL output directory (default: ncf synth data)")
-    p.add_argument("--scale", type=float, default=1.0, help="ncf synth scale when no --data")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--precision", default="fp32", choices=OUR_PRECISIONS)
-    p.add_argument("--batch", type=int, default=1 << 20, help="global batch size")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    p.add_argument("--steps", type=int, default=3, help="profiled steps")
-    p.add_argument("--top", type=int, default=25, help="operators in the table")
-    p.add_argument(
-        "--name", default="profile_step", help="results name (<results-dir>/<name>.json)"
-    )
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+@dataclass
+class ProfileBench(Config):
+    """The torch.profiler table of one training step's operators."""
+
+    data: Path | None = setting(None, help="ETL output directory (default: ncf synth data)")
+    scale: float = setting(1.0, help="ncf synth scale when no --data")
+    device: Literal["cpu", "cuda"] = setting("cpu", help="where to train")
+    precision: str = setting("fp32", choices=OUR_PRECISIONS, help="training precision")
+    batch: int = setting(1 << 20, help="global batch size")
+    warmup: int = setting(3, help="untimed steps first")
+    steps: int = setting(3, help="profiled steps")
+    top: int = setting(25, help="operators in the table")
+    name: str = setting("profile_step", help="results name (<results-dir>/<name>.json)")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+
+    def check(self) -> None:
+        if self.steps < 1 or self.warmup < 0 or self.batch < 1:
+            raise ValueError(
+                f"--steps {self.steps} --warmup {self.warmup} --batch {self.batch}: need "
+                "steps >= 1, warmup >= 0, batch >= 1"
+            )
+
+
+CONFIG = ProfileBench
 
 
 def _self_device_us(evt) -> float:
@@ -78,7 +91,7 @@ def op_table(events, steps: int, on_device: bool, top: int) -> list[dict]:
     return rows[:top]
 
 
-def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict]:
+def profile(args: ProfileBench, data_path: Path) -> tuple[list[dict], dict]:
     """Profile ``args.steps`` training steps; (operator rows, step facts)."""
     from ncf.bench.train_point import TrainPoint
     from ncf.bench.train_worker import build_trainer, step_starts
@@ -126,12 +139,7 @@ def profile(args: argparse.Namespace, data_path: Path) -> tuple[list[dict], dict
     return rows, facts
 
 
-def run(args: argparse.Namespace) -> Results:
-    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
-        raise ValueError(
-            f"--steps {args.steps} --warmup {args.warmup} --batch {args.batch}: need steps >= 1, "
-            "warmup >= 0, batch >= 1"
-        )
+def run(args: ProfileBench) -> Results:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     data = args.data

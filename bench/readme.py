@@ -8,15 +8,16 @@ markers must each appear exactly once, start before end, or nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.summary import write_summary
 from ncf.core.atomic import write_text
+from ncf.core.config import Config, setting
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
@@ -83,12 +84,18 @@ def update_readme(readme: str | os.PathLike, results_dir: str | os.PathLike = RE
     return new != old
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--readme", type=Path, default=DEFAULT_README)
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+@dataclass
+class ReadmeBench(Config):
+    """Rewrite the README results section from the results folder."""
+
+    readme: Path = setting(DEFAULT_README, help="README to rewrite")
+    results_dir: Path = setting(RESULTS_DIR, help="results to read")
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = ReadmeBench
+
+
+def run(args: ReadmeBench) -> int:
     changed = update_readme(args.readme, args.results_dir)
     print(f"{args.readme}: results section {'rewritten' if changed else 'already up to date'}")
     return 0

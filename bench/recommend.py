@@ -17,12 +17,12 @@ initialised NeuMF of the dle preset's shape with ``--users`` x ``--items`` (ML-2
 
 from __future__ import annotations
 
-import argparse
 import io
 import itertools
 import os
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -33,9 +33,12 @@ from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import Results
 from ncf.core import names
+from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.models.checkpoint import load_model
 from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.serving import retrieval
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
+from ncf.serving.export import gmf_tables
 
 RESERVED = 3  # Categorify's reserved codes below the first real id
 COLUMNS = (
@@ -55,52 +58,67 @@ COLUMNS = (
 )
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", type=Path, default=None, help="trained NeuMF (default: random)")
-    p.add_argument("--users", type=int, default=138_493, help="users of the random model")
-    p.add_argument("--items", type=int, default=26_744, help="catalogue of the random model")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64], help="users/request")
-    p.add_argument("--k", type=int, default=10, help="recommendations per user")
-    p.add_argument("--requests", type=int, default=40, help="timed requests per row (batch 1)")
-    p.add_argument("--user-budget", type=int, default=640, help="users timed per batched row")
-    p.add_argument("--ann-index", nargs="+", default=["HNSW32", "Flat"], help="faiss indexes")
-    p.add_argument("--ann-candidates", type=int, nargs="+", default=[200, 1000, 2000])
-    p.add_argument("--ef-search", type=int, default=256, help="HNSW efSearch")
-    p.add_argument("--quality-users", type=int, default=256, help="users of the agreement figures")
-    p.add_argument("--repo", type=Path, default=None, help="exported repository: time tritonserver")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch threads, here and in the served scorer (0: their defaults)",
+@dataclass
+class RecommendBench(Config):
+    """Top-k over the whole catalogue: exact fp32/bf16, two-stage."""
+
+    checkpoint: Path | None = setting(None, help="trained NeuMF (default: random)")
+    users: int = setting(138_493, help="users of the random model")
+    items: int = setting(26_744, help="catalogue of the random model")
+    batch_sizes: list[int] = setting(default_factory=lambda: [1, 64], help="users/request")
+    k: int = setting(10, help="recommendations per user")
+    requests: int = setting(40, help="timed requests per row (batch 1)")
+    user_budget: int = setting(640, help="users timed per batched row")
+    ann_index: list[str] = setting(default_factory=lambda: ["HNSW32", "Flat"], help="faiss indexes")
+    ann_candidates: list[int] = setting(
+        default_factory=lambda: [200, 1000, 2000], help="candidates of the two-stage path"
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--make-checkpoint",
-        type=Path,
-        default=None,
+    ef_search: int = setting(256, help="HNSW efSearch")
+    quality_users: int = setting(256, help="users of the agreement figures")
+    repo: Path | None = setting(None, help="exported repository: time tritonserver")
+    threads: int = setting(
+        0, help="torch threads, here and in the served scorer (0: their defaults)"
+    )
+    seed: int = setting(DEFAULT_SEED, help="seed of the random model and the users")
+    make_checkpoint: Path | None = setting(
+        None,
         help="only write a random dle-shaped checkpoint for --data's ETL here (for ncf export)",
     )
-    p.add_argument("--data", type=Path, default=None, help="ETL directory of --make-checkpoint")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    p.add_argument("--name", default="recommend", help="results file stem")
+    data: Path | None = setting(None, help="ETL directory of --make-checkpoint")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+    name: str = setting("recommend", help="results file stem")
+
+    def check(self) -> None:
+        if self.k < 1 or min(self.batch_sizes) < 1 or self.requests < 2 or self.quality_users < 1:
+            raise ValueError("--k, --batch-sizes, --quality-users must be >= 1 and --requests >= 2")
+        if min(self.ann_candidates) < self.k:
+            raise ValueError(
+                f"--ann-candidates {self.ann_candidates}: each must be >= --k {self.k}"
+            )
+        if self.make_checkpoint is not None and self.data is None:
+            raise ValueError(
+                "--make-checkpoint needs --data ETL_DIR (its metadata gives the sizes)"
+            )
+
+
+CONFIG = RecommendBench
 
 
 # -- the model and its scorers ---------------------------------------------------------------
 
 
-def build_model(args: argparse.Namespace) -> tuple[NeuMF, int, int, str]:
+def build_model(args: RecommendBench) -> tuple[NeuMF, int, int, str]:
     """(model, item_lo, item_hi, description): the checkpoint's, or a random dle-shaped one."""
     if args.checkpoint is not None:
         model, ckpt = load_model(args.checkpoint)
         lo = RESERVED if model.cfg.num_items > RESERVED else 0
         return model.eval(), lo, model.cfg.num_items, f"checkpoint {args.checkpoint}"
-    model = _random(args, args.users + RESERVED, args.items + RESERVED)
+    model = _random(args.seed, args.users + RESERVED, args.items + RESERVED)
     return model, RESERVED, model.cfg.num_items, "random NeuMF, dle preset shape"
 
 
-def _random(args: argparse.Namespace, num_users: int, num_items: int) -> NeuMF:
-    torch.manual_seed(args.seed)
+def _random(seed: int, num_users: int, num_items: int) -> NeuMF:
+    torch.manual_seed(seed)
     model = NeuMF(NeuMFConfig(num_users=num_users, num_items=num_items)).eval()
     with torch.no_grad():  # DLE's N(0, 0.01) embeddings make every score ~0.5: spread them
         for emb in (model.mf_user_embed, model.mf_item_embed):
@@ -115,8 +133,7 @@ def make_checkpoint(path: Path, etl_dir: Path, seed: int) -> Path:
     from ncf.models.data import read_metadata
 
     meta, _ = read_metadata(etl_dir)
-    args = argparse.Namespace(checkpoint=None, seed=seed, users=0, items=0)
-    model = _random(args, meta["num_users"], meta["num_items"])
+    model = _random(seed, meta["num_users"], meta["num_items"])
     path.parent.mkdir(parents=True, exist_ok=True)
     source = {
         "etl_dir": str(etl_dir),
@@ -138,34 +155,7 @@ def scorers(model: NeuMF, lo: int, hi: int) -> dict[str, torch.jit.ScriptModule]
     return out
 
 
-def gmf(model: NeuMF, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """GMF query vectors [U, F] and item vectors [C, F] (as ``ncf export`` writes gmf.npz)."""
-    f = model.cfg.factors
-    with torch.no_grad():
-        users = (model.mf_user_embed.weight * model.final.weight[0, :f]).numpy()
-        items = model.mf_item_embed.weight[lo:hi].detach().numpy()
-    return np.ascontiguousarray(users), np.ascontiguousarray(items)
-
-
-def faiss_index(items: np.ndarray, spec: str, ef_search: int):
-    import faiss
-
-    index = faiss.index_factory(items.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
-    index.train(items)
-    index.add(items)
-    if hasattr(index, "hnsw"):
-        index.hnsw.efSearch = ef_search
-    return index
-
-
 # -- one request ---------------------------------------------------------------------------
-
-
-def top_k(positions: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """Per row the ``k`` best positions, best first."""
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(scores, part, 1), axis=1, kind="stable")
-    return np.take_along_axis(np.take_along_axis(positions, part, 1), order, 1)
 
 
 def exact(scorer, users: np.ndarray, k: int) -> np.ndarray:
@@ -173,20 +163,19 @@ def exact(scorer, users: np.ndarray, k: int) -> np.ndarray:
     with torch.inference_mode():
         scores = scorer(torch.from_numpy(users).reshape(-1, 1))[0].numpy()
     positions = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    return top_k(positions, scores, k)
+    return retrieval.top_k(positions, scores, k)[0]
 
 
 def two_stage(scorer, index, queries, users, n: int, k: int, lo: int, ef: int = 256) -> np.ndarray:
     """Top-k positions from the ``n`` GMF neighbours re-ranked by the network."""
-    if hasattr(index, "hnsw"):  # HNSW returns at most efSearch neighbours (as recommend sets it)
-        index.hnsw.efSearch = max(ef, n)
-    _, cand = index.search(queries[users], n)
-    found = cand >= 0
-    with torch.inference_mode():
-        u = torch.from_numpy(users).reshape(-1, 1)
-        ids = torch.from_numpy(np.where(found, cand, 0) + lo)
-        scores = scorer.score_items(u, ids)[0].numpy()
-    return top_k(cand, np.where(found, scores, -np.inf), k)
+    cand = retrieval.search(index, queries[users], n, ef)
+    u = torch.from_numpy(users).reshape(-1, 1)
+
+    def score(ids: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return scorer.score_items(u, torch.from_numpy(ids))[0].numpy()
+
+    return retrieval.top_k(cand, retrieval.rerank(cand, score, lo), k)[0]
 
 
 def timed(fn, batches: list[np.ndarray]) -> np.ndarray:
@@ -327,25 +316,18 @@ def triton_rows(args, n_items: int, qual: dict) -> list[dict]:
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.k < 1 or min(args.batch_sizes) < 1 or args.requests < 2 or args.quality_users < 1:
-        raise ValueError("--k, --batch-sizes, --quality-users must be >= 1 and --requests >= 2")
-    if min(args.ann_candidates) < args.k:
-        raise ValueError(f"--ann-candidates {args.ann_candidates}: each must be >= --k {args.k}")
+def run(args: RecommendBench) -> int:
     if args.make_checkpoint is not None:
-        if args.data is None:
-            raise ValueError(
-                "--make-checkpoint needs --data ETL_DIR (its metadata gives the sizes)"
-            )
         print(f"wrote {make_checkpoint(args.make_checkpoint, args.data, args.seed)}")
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     model, lo, hi, source = build_model(args)
     model_scorers = scorers(model, lo, hi)
-    queries, items = gmf(model, lo, hi)
+    vectors = gmf_tables(model, {"item_id_range": (lo, hi)})
+    queries = vectors["users"]
     t0 = time.perf_counter()
-    index_of = {spec: faiss_index(items, spec, args.ef_search) for spec in args.ann_index}
+    index_of = {spec: retrieval.build_index(vectors["items"], spec) for spec in args.ann_index}
     build_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 2)
     users = rng.integers(RESERVED, model.cfg.num_users, args.quality_users)

@@ -8,13 +8,14 @@ after warm-up vs at the end (within 10%), and whether the server still answers a
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import Results
+from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.serving.load import LoadStats, run_load
 from ncf.serving.server import TritonServer
 
@@ -39,26 +40,31 @@ def summary_row(report: dict) -> dict:
     return {k: row[k] for k in SUMMARY_COLUMNS}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repo", type=Path, default=Path("triton_repo"), help="exported repository")
-    p.add_argument(
-        "--duration", type=float, default=60.0, help="seconds of load (default %(default)s)"
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=16, help="client threads (default %(default)s)"
-    )
-    p.add_argument("--invalid-fraction", type=float, default=0.25, help="share of invalid requests")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--name", default="soak", help="results name (default %(default)s)")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+@dataclass
+class SoakBench(Config):
+    """A tritonserver under a bounded load of valid and invalid requests."""
+
+    repo: Path = setting(Path("triton_repo"), help="exported repository")
+    duration: float = setting(60.0, help="seconds of load")
+    concurrency: int = setting(16, help="client threads")
+    invalid_fraction: float = setting(0.25, help="share of invalid requests")
+    seed: int = setting(DEFAULT_SEED, help="seed of the request mix")
+    name: str = setting("soak", help="results name (<results-dir>/<name>.json)")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+
+    def check(self) -> None:
+        if self.duration <= 0 or self.concurrency < 1 or not 0.0 <= self.invalid_fraction < 1.0:
+            raise ValueError(
+                f"--duration {self.duration}, --concurrency {self.concurrency}, "
+                f"--invalid-fraction {self.invalid_fraction}: need duration > 0, "
+                "concurrency >= 1, 0 <= fraction < 1"
+            )
 
 
-def run(args: argparse.Namespace) -> Results:
-    if args.duration <= 0 or args.concurrency < 1 or not 0.0 <= args.invalid_fraction < 1.0:
-        raise ValueError(
-            f"--duration {args.duration}, --concurrency {args.concurrency}, --invalid-fraction "
-            f"{args.invalid_fraction}: need duration > 0, concurrency >= 1, 0 <= fraction < 1"
-        )
+CONFIG = SoakBench
+
+
+def run(args: SoakBench) -> Results:
     options = {"duration_s": args.duration, "concurrency": args.concurrency, "seed": args.seed}
     with TritonServer(args.repo) as server:
         report = run_load(

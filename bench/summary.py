@@ -7,12 +7,11 @@ Written as ``bench/results/summary.md``, which ``bench/readme.py`` puts first in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ncf.bench.common import RESULTS_DIR
-from ncf.core.atomic import write_text
+from ncf.core.atomic import load_json, write_text
 
 # (what, reference figure, its source) for each headline row.
 REFERENCE = {
@@ -25,8 +24,7 @@ REFERENCE = {
 
 
 def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
-    p = results_dir / f"{name}.json"
-    return json.loads(p.read_text()) if p.is_file() else None
+    return load_json(results_dir / f"{name}.json")
 
 
 def _row(rows: list[dict], **match: Any) -> dict | None:

@@ -13,7 +13,6 @@ timed run (``--epochs-run N``: train + evaluate every epoch, as ``ncf train`` do
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -22,12 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR, PeakRSS
 from ncf.bench.entry import BenchError, Results
 from ncf.bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
+from ncf.core.config import Config, flag, setting
 
 COLUMNS = (
     "device",
@@ -59,67 +61,64 @@ RUN_COLUMNS = (
 )
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data", type=Path, help="ETL output directory (default: ncf synth data at --scale)"
+@dataclass
+class TrainBench(Config):
+    """Training throughput and memory per batch size and precision."""
+
+    data: Path | None = setting(
+        None, help="ETL output directory (default: ncf synth data at --scale)"
     )
-    p.add_argument(
-        "--scale", type=float, default=1.0, help="ncf synth scale when no --data (1.0 = ML-20m)"
+    scale: float = setting(1.0, help="ncf synth scale when no --data (1.0 = ML-20m)")
+    device: Literal["cpu", "cuda"] = setting("cpu", help="where to train")
+    batch_sizes: list[int] = setting(
+        default_factory=lambda: [1 << 20, 1 << 16], help="global batches"
     )
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1 << 20, 1 << 16])
-    p.add_argument(
-        "--precisions",
-        nargs="+",
-        default=None,
+    precisions: list[str] = setting(
+        default_factory=list,
         choices=OUR_PRECISIONS,
-        help="fp32, bf16 (CPU autocast), tf32, amp (CUDA fp16 autocast); default: fp32 bf16 on "
-        "CPU, fp32 tf32 amp on CUDA",
+        help="fp32, bf16 (CPU autocast), tf32, amp (CUDA fp16 autocast); default (none given): "
+        "fp32 bf16 on CPU, fp32 tf32 amp on CUDA",
     )
-    p.add_argument(
-        "--dle-baseline",
-        action="store_true",
+    dle_baseline: bool = flag(
+        False,
         help="also time DLE's own step (1 process) at each batch size: precision 'dle' (fp32), "
         "and on CUDA 'dle-tf32' and 'dle-amp'",
     )
-    p.add_argument(
-        "--procs", type=int, nargs="+", default=[1, 2], help="process counts (gloo on CPU)"
-    )
-    p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per point")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument(
-        "--micro-batch", type=int, default=0, help="per-rank micro-batch cap (0 = trainer default)"
-    )
-    p.add_argument(
-        "--no-steps",
-        dest="steps_points",
-        action="store_false",
+    procs: list[int] = setting(default_factory=lambda: [1, 2], help="process counts (gloo on CPU)")
+    steps: int = setting(3, help="timed optimizer steps per point")
+    warmup: int = setting(1, help="untimed steps first")
+    micro_batch: int = setting(0, help="per-rank micro-batch cap (0 = trainer default)")
+    no_steps: bool = setting(
+        False,
+        action="store_true",
         help="skip the step-throughput points and the sampling timing (only --epochs-run)",
     )
-    p.add_argument(
-        "--epochs-run", type=int, default=0, help="also time a full run of N epochs (1 process)"
-    )
-    p.add_argument(
-        "--run-precision", default=None, help="precision of the timed run (default: the last one)"
-    )
-    p.add_argument("--name", default="train", help="results name (bench/results/<name>.json)")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    p.add_argument(
-        "--preset-check",
-        type=Path,
+    epochs_run: int = setting(0, help="also time a full run of N epochs (1 process)")
+    run_precision: str = setting("", help="precision of the timed run (default: the last one)")
+    name: str = setting("train", help="results name (<results-dir>/<name>.json)")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+    preset_check: Path | None = setting(
+        None,
         metavar="ETL_DIR",
         help="instead: train --preset on this ETL split for each --seeds (model vs ItemPop)",
     )
-    p.add_argument(
-        "--preset", default="small", help="preset of --preset-check (default: %(default)s)"
-    )
-    p.add_argument(
-        "--seeds", type=int, nargs="+", default=[1, 2, 3], help="seeds of --preset-check"
-    )
-    p.add_argument(
-        "--baseline-preset",
+    preset: str = setting("small", help="preset of --preset-check")
+    seeds: list[int] = setting(default_factory=lambda: [1, 2, 3], help="seeds of --preset-check")
+    baseline_preset: str = setting(
+        "",
         help="--preset-check: also train this preset per seed as the MF baseline (e.g. mf-small)",
     )
+
+    def resolved(self) -> TrainBench:
+        """The precisions filled in for the device, the timed run's precision from them."""
+        precisions = self.precisions or (
+            ["fp32", "bf16"] if self.device == "cpu" else ["fp32", "tf32", "amp"]
+        )
+        run_precision = self.run_precision or precisions[-1]
+        return self.replace(precisions=precisions, run_precision=run_precision)
+
+
+CONFIG = TrainBench
 
 
 def _launch(point: TrainPoint, procs: int) -> tuple[dict, float]:
@@ -155,13 +154,13 @@ def dle_precisions(device: str) -> list[str]:
     return list(DLE_PRECISIONS) if device == "cuda" else ["dle"]
 
 
-def _point(args: argparse.Namespace, data: Path, **fields: object) -> TrainPoint:
+def _point(args: TrainBench, data: Path, **fields: object) -> TrainPoint:
     """A point on ``data`` with the command's device, steps and micro-batch, plus ``fields``."""
     common = {"warmup": args.warmup, "steps": args.steps, "micro_batch": args.micro_batch}
     return TrainPoint(data=str(data), device=args.device, **{"epochs": 0, **common, **fields})
 
 
-def _step_points(args: argparse.Namespace, data: Path, precisions: list[str]) -> list[dict]:
+def _step_points(args: TrainBench, data: Path, precisions: list[str]) -> list[dict]:
     """Samples/s of each (processes, global batch, precision) point, each in fresh processes."""
     rows = []
     for procs in args.procs:
@@ -175,7 +174,7 @@ def _step_points(args: argparse.Namespace, data: Path, precisions: list[str]) ->
     return rows
 
 
-def run(args: argparse.Namespace) -> Results:
+def run(args: TrainBench) -> Results:
     if args.preset_check:
         from ncf.bench.train_preset import check_preset
 
@@ -186,11 +185,9 @@ def run(args: argparse.Namespace) -> Results:
             args.seeds,
             name,
             args.results_dir,
-            baseline=args.baseline_preset,
+            baseline=args.baseline_preset or None,
         )
-    precisions = args.precisions or (
-        ["fp32", "bf16"] if args.device == "cpu" else ["fp32", "tf32", "amp"]
-    )
+    precisions = args.precisions
     data = args.data
     if data is None:
         from ncf.bench.train_data import synthetic
@@ -201,12 +198,12 @@ def run(args: argparse.Namespace) -> Results:
     rows: list[dict] = []
     extra: dict = {"data": str(data), "scale": None if args.data else args.scale}
     batch = args.batch_sizes[0]
-    if args.steps_points:
+    if not args.no_steps:
         rows = _step_points(args, data, precisions)
         point = _point(args, data, mode="sampling", batch=batch, precision="fp32")
         extra["sampling"], _ = _launch(point, 1)
     if args.epochs_run:
-        precision = args.run_precision or precisions[-1]
+        precision = args.run_precision
         point = _point(
             args, data, mode="fit", batch=batch, precision=precision, epochs=args.epochs_run
         )

@@ -2,10 +2,10 @@
 
 The synthetic path needs numpy, pyarrow and torch, not NVTabular (it runs on the GPU box, which
 has none): ``ncf.sources.synth.generate`` (ML-20m-like, planted structure), filtered, encoded and
-split by the ETL's own functions (``workflows``: duplicates and users under ``--min-ratings``
+split by the ETL's own functions (``ncf.workflows``: duplicates and users under ``--min-ratings``
 dropped, ids in ascending raw-id order as ``ncf etl --engine pandas``, each user's latest rating
-held out), and 100 evaluation negatives per user drawn uniformly among the items the user never
-rated (with replacement across the 100, as DLE). Cached as .npz under ``work/``.
+held out, and the ETL's exact evaluation negatives: distinct items the user never rated). Cached
+as .npz under ``work/``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ncf.core.config import DEFAULT_SEED
 from ncf.models.data import EtlData, load_etl
-from ncf.models.sampling import PositiveSet, sample_negatives
+from ncf.workflows.etl import EtlOptions
+
+# `ncf etl`'s evaluation negatives per user (a dataclass field default)
+EVAL_NEGATIVES = EtlOptions.negatives
 
 CACHE_DIR = Path("work/bench-train")
 _KEYS = ("train_users", "train_items", "test_users", "test_items", "eval_negatives")
@@ -49,9 +53,10 @@ def split(
     """
     from ncf.core import names
     from ncf.workflows.encoding import sorted_unique_encoding
-    from ncf.workflows.etl import EtlOptions, filter_ratings
+    from ncf.workflows.etl import EtlOptions, filter_ratings, negative_seeds
     from ncf.workflows.io import Ratings
-    from ncf.workflows.split import leave_one_out
+    from ncf.workflows.negatives import sample_negatives
+    from ncf.workflows.split import hold_out_latest
 
     source = Path(f"ncf synth (seed {seed})")
     raw = Ratings(
@@ -61,35 +66,34 @@ def split(
         min_ratings = EtlOptions.min_ratings  # `ncf etl`'s default (a dataclass field default)
     kept = filter_ratings(raw, min_ratings, eval_negatives)
     encoding = sorted_unique_encoding(kept.users, kept.items)
+    n_users, n_items = encoding.user.size, encoding.item.size
     user = encoding.user.index(kept.user).astype(np.int64)
     item = encoding.item.index(kept.item).astype(np.int64)
-    test = leave_one_out(user, kept.item, kept.time, encoding.user.size)
-    last = np.flatnonzero(test)
-    last = last[np.argsort(user[last], kind="stable")]  # one test row per user, by user
-    n_users, n_items = encoding.user.size, encoding.item.size
-    pos = PositiveSet(torch.from_numpy(user), torch.from_numpy(item), n_users, n_items)
-    gen = torch.Generator().manual_seed(seed)
-    test_users = torch.from_numpy(user[last])
-    negs = sample_negatives(
-        test_users.repeat_interleave(eval_negatives), "exact", pos, (0, n_items), gen
-    )
+    (test,) = hold_out_latest(user, kept.item, kept.time, n_users, 1)  # ties: the item id
+    test_items = np.empty(n_users, dtype=np.int64)  # one test row per user, by user
+    test_items[user[test]] = item[test]
+    (neg_seed,) = negative_seeds(seed, 1)
+    _, negs = sample_negatives(user, item, n_users, n_items, eval_negatives, neg_seed)
     return {
         "train_users": user[~test],
         "train_items": item[~test],
-        "test_users": user[last],
-        "test_items": item[last],
-        "eval_negatives": negs.numpy().reshape(-1, eval_negatives),
+        "test_users": np.arange(n_users, dtype=np.int64),
+        "test_items": test_items,
+        "eval_negatives": negs.reshape(n_users, eval_negatives),
         "num_users": np.int64(n_users),
         "num_items": np.int64(n_items),
     }
 
 
 def synthetic(
-    scale: float, seed: int = 0, eval_negatives: int = 100, cache: Path = CACHE_DIR
+    scale: float,
+    seed: int = DEFAULT_SEED,
+    eval_negatives: int = EVAL_NEGATIVES,
+    cache: Path = CACHE_DIR,
 ) -> Path:
     """Path of the cached split of ``ncf synth`` data at ``scale`` (generated on first use)."""
-    # "etl": split by the ETL's rules (files of the earlier, bench-own split are not reused)
-    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl.npz"
+    # The name holds every input of the split; "etl2": the ETL's split and its negatives.
+    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl2.npz"
     if path.exists():
         return path
     from ncf.core.atomic import write_bytes

@@ -19,8 +19,14 @@ import torch.nn.functional as F
 
 from ncf.models.data import EtlData
 from ncf.models.epoch import epoch_generator, gather, plan_epoch
-from ncf.models.neumf import NeuMF, NeuMFConfig
+from ncf.models.neumf import NeuMF
+from ncf.models.presets import PRESETS, TrainConfig
 from ncf.models.trainer import make_grad_scaler
+
+
+def dle_settings() -> TrainConfig:
+    """DLE's hyperparameters (Adam, negatives per positive, NeuMF's shape): the ``dle`` preset."""
+    return TrainConfig(**PRESETS["dle"])
 
 
 def dle_forward(model: NeuMF, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
@@ -40,7 +46,8 @@ def time_dle_steps(
     device: torch.device,
     mode: str = "fp32",
 ) -> dict:
-    """Samples/s of DLE's step on global batches of epoch 0 (approximate negatives, 4 per positive).
+    """Samples/s of DLE's step on global batches of epoch 0 (approximate negatives, as many per
+    positive as the ``dle`` preset).
 
     ``mode``: ``fp32``, or on CUDA ``tf32`` or ``amp`` (fp16 autocast, dynamic loss scaling).
     """
@@ -52,13 +59,13 @@ def time_dle_steps(
     scaler = make_grad_scaler(amp)
     # amp is CUDA only; torch 2.1 refuses fp16 for a CPU autocast even when it is disabled.
     amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-    torch.manual_seed(1)
-    model = NeuMF(NeuMFConfig(data.num_users, data.num_items)).to(device).train()
-    opt = torch.optim.Adam(
-        model.parameters(), lr=0.0045, betas=(0.25, 0.5), eps=1e-8, foreach=False
-    )
-    gen = epoch_generator(1, 0, device)
-    plan = plan_epoch(data, 4, "approximate", None, gen)
+    hp = dle_settings()
+    torch.manual_seed(hp.seed)
+    model = NeuMF(hp.model_config(data.num_users, data.num_items)).to(device).train()
+    betas = (hp.beta1, hp.beta2)
+    opt = torch.optim.Adam(model.parameters(), lr=hp.lr, betas=betas, eps=hp.eps, foreach=False)
+    gen = epoch_generator(hp.seed, 0, device)
+    plan = plan_epoch(data, hp.negatives, "approximate", None, gen)
     n = plan.num_samples
     starts = [(i * batch) % max(n - batch, 1) for i in range(warmup + steps)]
     seconds = 0.0

@@ -18,7 +18,6 @@ says which produced each row.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -29,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import BenchError, Plot, Results
 from ncf.bench.pa_input import pa_input_data
 from ncf.core import names
+from ncf.core.config import DEFAULT_SEED, Config, flag, setting
 from ncf.serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
 from ncf.serving.server import COMPOSING_MODELS
 
@@ -319,40 +320,44 @@ def _pa_row(row: dict[str, str], batch: int, protocol: str) -> dict:
     }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--repo",
-        type=Path,
-        default=Path("triton_repo"),
-        help="exported model repository (`ncf export --repo`)",
+@dataclass
+class TritonBench(Config):
+    """A real tritonserver: neumf, ncf, recommend over HTTP and gRPC."""
+
+    repo: Path = setting(
+        Path("triton_repo"), help="exported model repository (`ncf export --repo`)"
     )
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    p.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 1024])
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
-    p.add_argument("--duration", type=float, default=3.0, help="measured seconds per point")
-    p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds per point first")
-    p.add_argument("--max-requests", type=int, default=100_000, help="cap per point (threads)")
-    p.add_argument("--k", type=int, default=10, help="recommendations per `recommend` request")
-    p.add_argument(
-        "--generator",
-        default="auto",
+    models: list[str] = setting(default_factory=lambda: list(MODELS), choices=MODELS, help="models")
+    protocols: list[str] = setting(
+        default_factory=lambda: list(PROTOCOLS), choices=PROTOCOLS, help="protocols"
+    )
+    batch_sizes: list[int] = setting(default_factory=lambda: [1, 1024], help="batch sizes")
+    concurrency: list[int] = setting(default_factory=lambda: [1, 4, 8, 16], help="concurrencies")
+    duration: float = setting(3.0, help="measured seconds per point")
+    warmup: float = setting(0.5, help="unmeasured seconds per point first")
+    max_requests: int = setting(100_000, help="cap per point (threads)")
+    k: int = setting(10, help="recommendations per `recommend` request")
+    generator: str = setting(
+        "auto",
         choices=GENERATORS,
         help="auto: perf_analyzer when it runs here, else the tritonclient threads",
     )
-    p.add_argument(
-        "--perf-analyzer",
-        type=Path,
-        default=PA_DEFAULT,
-        help="perf_analyzer wrapper (bench/setup_perf_analyzer.sh builds it)",
+    perf_analyzer: Path = setting(
+        PA_DEFAULT, help="perf_analyzer wrapper (bench/setup_perf_analyzer.sh builds it)"
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--name", default="triton", help="results name (<results-dir>/<name>.json)")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    p.add_argument("--no-plot", action="store_true")
+    seed: int = setting(DEFAULT_SEED, help="seed of the ids (the threads' load)")
+    name: str = setting("triton", help="results name (<results-dir>/<name>.json)")
+    results_dir: Path = setting(RESULTS_DIR, help="where the results go")
+    plot: bool = flag(True, help="write the PNG plot (--no-plot: skip it)")
+
+    def check(self) -> None:
+        _validate(self)
 
 
-def points(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
+CONFIG = TritonBench
+
+
+def points(args: TritonBench) -> list[tuple[str, str, int, int]]:
     """(model, protocol, batch, concurrency) to measure; ``recommend`` takes one user per request."""
     out = []
     for model in args.models:
@@ -362,7 +367,7 @@ def points(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
     return out
 
 
-def _validate(args: argparse.Namespace) -> None:
+def _validate(args: TritonBench) -> None:
     bad = [b for b in args.batch_sizes if b < 1] + [c for c in args.concurrency if c < 1]
     if bad:
         raise ValueError(f"--batch-sizes/--concurrency {bad}: every value must be >= 1")
@@ -380,7 +385,7 @@ def measure(
     pool: IdPool,
     point: tuple[str, str, int, int],
     use_pa: bool,
-    args: argparse.Namespace,
+    args: TritonBench,
     failures: list[str],
 ) -> dict:
     """One row: the load from perf_analyzer or the own generator, plus server statistics."""
@@ -422,10 +427,9 @@ def measure(
     return row
 
 
-def run(args: argparse.Namespace) -> Results:
+def run(args: TritonBench) -> Results:
     from ncf.serving.server import TritonServer
 
-    _validate(args)
     use_pa = args.generator == "perf_analyzer" or (
         args.generator == "auto" and pa_available(args.perf_analyzer)
     )

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ncf.core import names
+from ncf.serving import retrieval
 
 CHECK_USERS = 256  # users sampled for the recall (seeded); exact scores cost [users, catalogue]
 # The settings that decide the two-stage path, as recommend's config.pbtxt names them.
@@ -45,24 +46,17 @@ def candidate_recall(
     recommended), ``users [U, F]`` / ``items [C, F]`` GMF vectors (inner product = GMF logit).
     As ``recommend`` does, the search asks for ``ann_candidates`` plus the rated count neighbours.
     """
-    import faiss  # the two-stage path's index (faiss-cpu, pinned in pyproject.toml)
-
     n_items = items.shape[0]
-    index = faiss.index_factory(items.shape[1], params["ann_index"], faiss.METRIC_INNER_PRODUCT)
-    vectors = np.ascontiguousarray(items, dtype=np.float32)
-    index.train(vectors)
-    index.add(vectors)
+    index = retrieval.build_index(items, params["ann_index"])
     first = max(k, int(params["ann_candidates"]))  # a one-user request asks for first + rated
-    n = min(n_items, first + max((len(r) for r in rated), default=0))
-    if hasattr(index, "hnsw"):  # HNSW returns at most efSearch neighbours
-        index.hnsw.efSearch = max(int(params["ann_ef_search"]), n)
-    _, found = index.search(np.ascontiguousarray(users, dtype=np.float32), n)  # [U, n], -1: none
+    n = retrieval.candidate_count(n_items, k, first, max((len(r) for r in rated), default=0))
+    found = retrieval.search(index, users, n, params["ann_ef_search"])  # [U, n], -1: none
     shares = []
     for row, blocked in enumerate(rated):
         masked = scores[row].astype(np.float64)  # [C]
         masked[blocked] = -np.inf
         top = min(k, n_items - len(blocked))
-        exact = np.argsort(-masked, kind="stable")[:top]
+        exact = retrieval.top_k(np.arange(n_items), masked, top)[0]
         candidates = found[row, : first + len(blocked)]
         shares.append(np.isin(exact, candidates).mean() if top else 1.0)
     return float(np.mean(shares))

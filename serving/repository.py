@@ -2,7 +2,8 @@
 
 Each ``ncf export`` writes version ``N + 1`` of every model (``N``: the newest exported version in
 the repository, 0 for a new one): ``<repo>/<model>/<N + 1>/`` is built beside itself (the python
-model files copied in, the shared ``artifact_check.py`` beside a python ``model.py``, the
+model files copied in, the shared ``artifact_check.py`` and ``retrieval.py`` (from
+``serving/retrieval.py``) beside a python ``model.py``, the
 artifacts hard-linked from one staging copy, ``manifest.json`` last) and renamed into place
 (``ncf.core.atomic.atomic_dir``), so the server never sees new weights with an old manifest. All models
 of one export share the version number and the manifest's ``export_id``.
@@ -48,6 +49,20 @@ MODEL_ARTIFACTS: dict[str, tuple[str, ...]] = {
     ),
     names.MODEL_ENSEMBLE: (),
 }
+
+
+# The one source of the shared module that the python models import as ``retrieval``.
+RETRIEVAL_SOURCE = Path(__file__).resolve().parent / "retrieval.py"
+# Files export copies beside every python model.py (never committed there).
+HELPER_NAMES = (names.PYTHON_MODEL_HELPER, RETRIEVAL_SOURCE.name)
+
+
+def python_helpers(template: Path) -> list[Path]:
+    """The sources of the files copied beside every python ``model.py``: ``artifact_check.py``
+    (the template's, else the project's) and ``serving/retrieval.py``."""
+    helper = template / names.PYTHON_MODEL_HELPER
+    helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
+    return [helper, RETRIEVAL_SOURCE]
 
 
 def project_repo() -> Path:
@@ -155,8 +170,7 @@ def write_repository(
     template = Path(template) if template else project_repo()
     ensure_definitions(repo, template)
     version = next_version(repo) if version is None else version
-    helper = template / names.PYTHON_MODEL_HELPER
-    helper = helper if helper.is_file() else project_repo() / names.PYTHON_MODEL_HELPER
+    helpers = python_helpers(template)
     atomic.clean_stale(repo / "export")  # the .tmp-export-* staging folder of a killed export
     for model in MODEL_ARTIFACTS:  # and the half-built version folders it left
         for old in range(1, version + 1):
@@ -174,7 +188,7 @@ def write_repository(
             entry["artifacts"] = {f: files[f] for f in wanted}
             source = _definition_dir(repo / model, template)
             written[model] = _write_version(
-                repo / model / str(version), staging, source, entry, helper
+                repo / model / str(version), staging, source, entry, helpers
             )
         return written
     finally:
@@ -182,19 +196,18 @@ def write_repository(
 
 
 def _write_version(
-    target: Path, staging: Path, source: Path | None, manifest: dict, helper: Path
+    target: Path, staging: Path, source: Path | None, manifest: dict, helpers: list[Path]
 ) -> dict:
     with atomic.atomic_dir(target, overwrite=True) as tmp:
         tmp.chmod(0o755)  # mkdtemp made it 0700
         for py in source.glob("*.py") if source is not None else ():  # the python model
-            if py.name != helper.name:
+            if py.name not in HELPER_NAMES:
                 shutil.copy2(py, tmp / py.name)
-        if (tmp / "model.py").is_file():  # always the current helper, never a stale copy
-            shutil.copy2(helper, tmp / helper.name)
-            manifest = {
-                **manifest,
-                "helpers": {helper.name: {"sha256": sha256_file(tmp / helper.name)}},
-            }
+        if (tmp / "model.py").is_file():  # always the current helpers, never a stale copy
+            for helper in helpers:
+                shutil.copy2(helper, tmp / helper.name)
+            digests = {h.name: {"sha256": sha256_file(tmp / h.name)} for h in helpers}
+            manifest = {**manifest, "helpers": digests}
         for name in manifest["artifacts"]:
             _link_or_copy(staging / name, tmp / name)
         atomic.write_json(tmp / names.MANIFEST_FILE, manifest)
@@ -218,7 +231,7 @@ def prune_versions(repo: str | os.PathLike, keep: int = KEEP_VERSIONS) -> list[P
             folder = repo / model / str(old)
             if committed and folder.name == DEFINITION_VERSION:
                 for path in folder.iterdir():
-                    if path.suffix != ".py" or path.name == names.PYTHON_MODEL_HELPER:
+                    if path.suffix != ".py" or path.name in HELPER_NAMES:
                         shutil.rmtree(path) if path.is_dir() else path.unlink()
             else:
                 shutil.rmtree(folder)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 from ncf.core import names
-from ncf.core.atomic import write_json, write_text
+from ncf.core.atomic import load_json, write_json, write_text
 
 
 def _load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """A stage's JSON output, empty if the stage did not run."""
+    return load_json(path) or {}
 
 
 def served_figures(

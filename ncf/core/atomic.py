@@ -140,6 +140,12 @@ def check_replaceable(
     )
 
 
+def load_json(path: str | os.PathLike) -> Any | None:
+    """The JSON document at ``path`` (as ``write_json`` wrote it), or None if there is no file."""
+    path = Path(path)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 @contextlib.contextmanager
 def atomic_dir(
     target: str | os.PathLike,

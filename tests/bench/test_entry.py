@@ -1,5 +1,6 @@
-"""bench/entry.py: every bench module runs through it, its results record the command as the user
-typed it (``python -m bench.X ...`` or ``ncf bench X ...``), and its errors are one line."""
+"""bench/entry.py: every bench module runs through it, its command line is generated from its
+config, its results record the command as the user typed it (``python -m ncf.bench.X ...`` or
+``ncf bench X ...``) and the resolved config, and its errors are one line."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from ncf import cli
 from ncf.bench import cli as bench_cli
 from ncf.bench import entry, soak
+from ncf.core.config import DEFAULT_SEED, resolve, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["ncf.bench.readme", "ncf.bench.pa_input"]
+MODULES = [m for m, _ in bench_cli.BENCHES.values()] + ["ncf.bench.pa_input"]
 
 
 def _tiny_inference(results: Path) -> list[str]:
@@ -47,6 +49,9 @@ def _tiny_inference(results: Path) -> list[str]:
 
 def _recorded(results: Path, name: str) -> tuple[str, str]:
     payload = json.loads((results / f"{name}.json").read_text())
+    config = payload["config"]  # the resolved config, defaults filled in
+    assert config["precisions"] == ["fp32"] and config["results_dir"] == str(results)
+    assert config["plot"] is False and config["seed"] == DEFAULT_SEED
     return payload["command"], (results / f"{name}.md").read_text()
 
 
@@ -76,19 +81,36 @@ def test_ncf_bench_records_ncf_bench(tmp_path: Path) -> None:
     assert f"`{command}`" in md and "python -m" not in md
 
 
-def test_every_bench_subcommand_keeps_its_arguments() -> None:
-    parser = cli.build_parser(["bench"])
-    for name in [*bench_cli.BENCHES, "readme"]:
-        args = parser.parse_args(["bench", name, "--results-dir", "a b"])
-        assert args.bench_argv == ["--results-dir", "a b"], name
+@pytest.mark.parametrize("name", [*bench_cli.BENCHES, "all"])
+def test_every_bench_config_reads_its_own_written_config(name: str, tmp_path: Path) -> None:
+    """A config file of stage ``bench NAME`` (as ``ncf bench all`` hands over) gives that config."""
+    cls = (
+        bench_cli.AllConfig
+        if name == "all"
+        else importlib.import_module(bench_cli.BENCHES[name][0]).CONFIG
+    )
+    cfg = resolve(cls, ["--results-dir", "a b"], f"bench {name}")
+    path = write_config(tmp_path / "c.json", cfg, f"bench {name}")
+    assert resolve(cls, ["--config", str(path)], f"bench {name}") == cfg
+    assert cfg.results_dir == Path("a b")
+
+
+def test_no_bench_declares_a_flag_by_hand() -> None:
+    for path in (ROOT / "bench").glob("*.py"):
+        if path.name != "train_worker.py":  # its one positional argument: the point file
+            assert "add_argument(" not in path.read_text(), path
 
 
 def test_errors_are_one_line_with_the_program_name(capsys) -> None:
     bad = ["--duration", "0", "--repo", "nowhere"]
     assert cli.main(["bench", "soak", *bad]) == 2
-    err = capsys.readouterr().err.splitlines()  # `ncf` logs the stage's configuration first
-    assert len(err) == 2 and err[0].startswith("ncf bench config: ")
-    assert err[1].startswith("ncf bench soak: error: --duration 0.0, ")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("ncf bench soak: error: --duration 0.0, ")
+    assert cli.main(["bench", "soak", "--duration", "x"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("ncf bench soak: error: argument --duration")
+    assert cli.main(["bench", "nothing"]) == 2
+    assert "unknown bench 'nothing'" in capsys.readouterr().err
     assert entry.main(soak, bad) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("python -m ncf.bench.soak: error: --duration 0.0, ")

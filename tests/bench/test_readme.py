@@ -9,6 +9,7 @@ import pytest
 from ncf import cli
 from ncf.bench import cli as bench_cli
 from ncf.bench.readme import END, START, replace_section, section, update_readme
+from ncf.core.config import resolve
 
 README = f"# Title\n\nintro\n\n{START}\nold results\n{END}\n\n## After\nkept\n"
 
@@ -62,14 +63,17 @@ def test_update_readme_rewrites_once_and_cli_reports_bad_readme(tmp_path: Path, 
 
 
 def test_all_plan_quick_never_touches_committed_results(tmp_path: Path) -> None:
-    parser = bench_cli.argparse.ArgumentParser()
-    bench_cli.add_all_arguments(parser)
-    quick = bench_cli.plan_from(parser.parse_args(["--quick"]))
+    def plan(*argv: str) -> bench_cli.Plan:
+        return bench_cli.plan_from(resolve(bench_cli.AllConfig, argv, "bench all"))
+
+    quick = plan("--quick")
     assert quick.scale == 0.01 and quick.readme is None
     assert quick.results == Path("work/bench/quick/results")
-    full = bench_cli.plan_from(parser.parse_args([]))
+    full = plan()
     assert full.ratings == Path("data/synth/ml20m/ratings.csv") and full.readme == Path("README.md")
-    names = [n for n, _ in bench_cli.bench_commands(full, skip=["etl"])]
-    assert names == ["train", "inference", "triton", "soak"]
-    with pytest.raises(ValueError, match="--scale 0"):
-        bench_cli.plan_from(parser.parse_args(["--scale", "0"]))
+    steps = bench_cli.bench_configs(full, skip=["etl"])
+    assert [n for n, _ in steps] == ["train", "inference", "triton", "soak"]
+    assert all(cfg.results_dir == full.results for _, cfg in steps if cfg is not None)
+    assert dict(steps)["train"].data == full.etl
+    with pytest.raises(ValueError, match="--scale -1"):
+        plan("--scale", "-1")

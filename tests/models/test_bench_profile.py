@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ncf.bench import entry, profile_step
-from tests.models.conftest import parse
+from ncf.core.config import resolve
 
 
 def _evt(key, count, cpu_us, device_us=0.0, device_type=torch.autograd.DeviceType.CPU):
@@ -70,4 +70,4 @@ def test_bad_arguments_are_refused(bad: list[str], tmp_path: Path, capsys):
     assert entry.main(profile_step, ["--data", str(tmp_path), *bad]) == 2
     assert "python -m ncf.bench.profile_step: error: " in capsys.readouterr().err
     with pytest.raises(ValueError, match="need steps >= 1"):
-        profile_step.run(parse(profile_step, ["--data", tmp_path, *bad]))
+        resolve(profile_step.CONFIG, ["--data", str(tmp_path), *bad], "bench profile")

@@ -81,10 +81,9 @@ def test_service_commands_exist(service):
         elif prog == "python":
             assert argv[1] == "-m" and argv[2] == "ncf.bench.pa_input", argv
             from ncf.bench import pa_input
+            from ncf.core.config import resolve
 
-            parser = argparse.ArgumentParser()
-            pa_input.add_arguments(parser)
-            parser.parse_args(argv[3:])
+            resolve(pa_input.CONFIG, argv[3:], "bench pa_input")
         elif prog == "tritonserver":
             _check_tritonserver(argv[1:])
         elif prog == "perf_analyzer":

@@ -33,6 +33,7 @@ ALLOWED_IMPORTS = {
     "triton_python_backend_utils",
     "faiss",  # recommend's two-stage path only (candidates "ann"), imported when configured
     names.PYTHON_MODEL_HELPER.removesuffix(".py"),  # artifact_check, copied beside by export
+    "retrieval",  # serving/retrieval.py, copied beside by export (tests/serving/test_retrieval.py)
 }
 
 

@@ -251,3 +251,19 @@ def test_auto_serves_what_the_export_measured_for_these_settings(server, repo):
         np.testing.assert_array_equal(_recommended(server, users, candidates="auto", **few), exact)
     finally:
         manifest_path.write_text(original)
+
+
+def test_exported_retrieval_module_is_a_copy_of_its_one_source(repo):
+    """``ncf export`` copies serving/retrieval.py beside every python model.py (the recommend
+    model imports it) and lists its sha256 in the manifest."""
+    from ncf.core.digest import sha256_file
+    from ncf.serving.repository import RETRIEVAL_SOURCE
+
+    version = str(latest_version(repo / names.MODEL_RECOMMEND))
+    python_models = [p.parent for p in repo.glob(f"*/{version}/model.py")]
+    assert repo / names.MODEL_RECOMMEND / version in python_models
+    for folder in python_models:
+        copy = folder / RETRIEVAL_SOURCE.name
+        assert copy.read_bytes() == RETRIEVAL_SOURCE.read_bytes()
+        manifest = json.loads((folder / names.MANIFEST_FILE).read_text())
+        assert manifest["helpers"][copy.name]["sha256"] == sha256_file(RETRIEVAL_SOURCE)

@@ -13,7 +13,8 @@ user ids ``[U, 1]`` -> scores ``[U, C]`` in model-id order) or the items nearest
 vector in a faiss index (``candidates`` ann: item ids ``[U, N]`` -> scores ``[U, N]``). Users
 outside the vocabulary get ``popularity.npz``'s ranking. ``vocab.npz`` (see the workflow model)
 maps ids both ways; ``seen.npz`` holds each user's rated items as CSR arrays (``indptr
-[num_users + 1]``, ``indices``) by model id.
+[num_users + 1]``, ``indices``) by model id. The top-k and the two-stage search are
+``retrieval.py``, which ``ncf export`` copies beside this file from ``serving/retrieval.py``.
 """
 
 import json
@@ -22,15 +23,7 @@ import os
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from artifact_check import manifest_field, verified_artifact
-
-
-def top_k(items, scores, k):
-    """The ``k`` best (items, scores): score descending, then item id ascending."""
-    if k < len(scores):  # sort only the items that can make the top k (ties at the k-th kept)
-        top = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
-        items, scores = items[top], scores[top]
-    best = np.lexsort((items, -scores))[:k]
-    return items[best], scores[best]
+from retrieval import build_index, candidate_count, rerank, search, top_k
 
 
 def auto_mode(check, params):
@@ -86,12 +79,8 @@ class TritonPythonModel:
 
     def _build_index(self, users, items, p):
         """The faiss inner-product index over the catalogue's GMF item vectors."""
-        import faiss  # only the two-stage path needs it (faiss-cpu, pinned in pyproject.toml)
-
         self.gmf_users = np.ascontiguousarray(users, dtype=np.float32)
-        self.index = faiss.index_factory(items.shape[1], p["ann_index"], faiss.METRIC_INNER_PRODUCT)
-        self.index.train(np.ascontiguousarray(items, dtype=np.float32))
-        self.index.add(np.ascontiguousarray(items, dtype=np.float32))
+        self.index = build_index(items, p["ann_index"])
         self.ef_search = int(p["ann_ef_search"])
         self.ann_candidates = int(p["ann_candidates"])
 
@@ -164,14 +153,10 @@ class TritonPythonModel:
         if self.mode == "exact":
             positions = np.broadcast_to(np.arange(self.n_items), (len(users), self.n_items))
             return positions, self._bls(users)
-        # enough neighbours that max(k, ann_candidates) remain after the blocked ones are dropped
-        wanted = max(k, self.ann_candidates) + max((len(b) for b in blocked), default=0)
-        n = min(self.n_items, wanted)
-        if hasattr(self.index, "hnsw"):  # HNSW returns at most efSearch neighbours
-            self.index.hnsw.efSearch = max(self.ef_search, n)
-        _, positions = self.index.search(self.gmf_users[users], n)  # -1 where fewer found
-        scores = self._bls(users, np.where(positions >= 0, positions, 0) + self.lo)
-        return positions, np.where(positions >= 0, scores, -np.inf)
+        blocked_max = max((len(b) for b in blocked), default=0)
+        n = candidate_count(self.n_items, k, self.ann_candidates, blocked_max)
+        positions = search(self.index, self.gmf_users[users], n, self.ef_search)  # -1: none
+        return positions, rerank(positions, lambda ids: self._bls(users, ids), self.lo)
 
     def _row(self, positions, scores, blocked, k):
         """(raw item ids, scores) of one row's k best allowed candidates."""
