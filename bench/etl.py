@@ -126,13 +126,13 @@ def _run_child(args: argparse.Namespace, workers: int) -> tuple[dict[str, Any], 
 
 def _child(args: argparse.Namespace) -> int:
     """One configuration in this process: time every stage, sample peak RSS."""
-    from ncf.workflows.etl import EtlOptions, run_etl
+    from ncf.workflows.etl import EtlConfig, run_etl
 
     stages: dict[str, Any] = {}
-    opts = EtlOptions(
+    opts = EtlConfig(
         input=args.input,
         out=args.work,
-        negatives=args.negatives,
+        eval_negatives=args.negatives,
         workers=int(args.workers),
         engine=args.engine,
         force=True,

@@ -49,7 +49,7 @@ def split(
     """
     from ncf.core import names
     from ncf.workflows.encoding import sorted_unique_encoding
-    from ncf.workflows.etl import EtlOptions, filter_ratings
+    from ncf.workflows.etl import EtlConfig, filter_ratings
     from ncf.workflows.io import Ratings
     from ncf.workflows.split import leave_one_out
 
@@ -58,7 +58,7 @@ def split(
         columns[names.RAW_USER], columns[names.RAW_ITEM], columns[names.RAW_TIME], source, "synth"
     )
     if min_ratings is None:
-        min_ratings = EtlOptions.min_ratings  # `ncf etl`'s default (a dataclass field default)
+        min_ratings = EtlConfig.min_ratings  # `ncf etl`'s default (a dataclass field default)
     kept = filter_ratings(raw, min_ratings, eval_negatives)
     encoding = sorted_unique_encoding(kept.users, kept.items)
     user = encoding.user.index(kept.user).astype(np.int64)

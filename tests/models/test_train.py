@@ -24,7 +24,7 @@ from ncf.models.fit import (
 )
 from ncf.models.presets import TrainConfig
 from ncf.models.trainer import Trainer
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
 
@@ -184,10 +184,10 @@ def valid_etl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     ratings.to_csv(root / "ratings.csv", index=False)
     run_etl(
-        EtlOptions(
+        EtlConfig(
             input=root / "ratings.csv",
             out=root / "etl",
-            negatives=20,
+            eval_negatives=20,
             min_ratings=1,
             engine="pandas",
             holdout="valid,test",
