@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ncf.cli import build_parser
+from ncf.cli import parse_command
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -57,7 +57,7 @@ def test_readme_command_parses(command: str):
     if argv[0] == "torchrun":
         argv = ["ncf", *argv[argv.index("ncf.cli") + 1 :]]
     if argv[0] == "ncf":
-        build_parser().parse_args(argv[1:])
+        parse_command(argv[1:])
         return
     module = importlib.import_module(argv[2])
     parser = argparse.ArgumentParser(prog=argv[2])

@@ -100,6 +100,21 @@ def log_config(stage: str, cfg: object) -> None:
     print(f"ncf {stage} config: {json.dumps(values, default=str, sort_keys=True)}", file=sys.stderr)
 
 
+def parse_command(argv: Sequence[str]) -> object | None:
+    """The settings ``ncf ARGV`` would run with, parsed and checked but not run (README and
+    compose tests); None for a module with subcommands of its own (``run_argv``).
+
+    Raises ValueError (one line) or SystemExit (argparse) when ``argv`` does not parse.
+    """
+    stage, rest = argv[0], list(argv[1:])
+    module = importlib.import_module(STAGES[stage][0])
+    if hasattr(module, "CONFIG"):
+        return resolve(module.CONFIG, rest, stage, f"ncf {stage}")
+    if hasattr(module, "add_arguments"):
+        return build_parser([stage]).parse_args([stage, *rest])
+    return None
+
+
 def _dispatch(stage: str, argv: list[str]) -> int:
     """Parse ``argv`` for ``stage`` and run it."""
     module = importlib.import_module(STAGES[stage][0])
