@@ -105,3 +105,10 @@ def test_config_file_of_another_stage_is_refused(tmp_path, capsys):
     assert main(["run", "--config", str(path)]) == 2
     assert "is the config of `ncf etl`" in capsys.readouterr().err
     assert json.loads(Path(path).read_text())["stage"] == "etl"
+
+
+def test_handover_is_the_config_where_the_module_has_one(tmp_path):
+    argv = ["--input", "r.csv", "--out", str(tmp_path), "--engine", "pandas", "--seed", "4"]
+    cfg = pipeline.handover("ncf.workflows.cli", "etl", argv)
+    assert isinstance(cfg, EtlConfig) and (cfg.seed, cfg.out) == (4, tmp_path)
+    assert pipeline.handover("ncf.cli.report", "report", ["--x"]) == ["--x"]  # no CONFIG: flags
