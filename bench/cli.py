@@ -73,6 +73,17 @@ def usage(prog: str) -> str:
     return "\n".join(lines)
 
 
+def parse_argv(argv: list[str], prog: str = "ncf bench") -> Config:
+    """The resolved config ``ncf bench BENCH ARGS`` would run with (nothing is run)."""
+    if not argv or argv[0] not in (*BENCHES, "all"):
+        raise ValueError(f"unknown bench {argv[:1]}; benches: {', '.join(BENCHES)}, all")
+    name, rest = argv[0], list(argv[1:])
+    if name == "all":
+        return resolve(AllConfig, rest, "bench all", f"{prog} all")
+    module = importlib.import_module(BENCHES[name][0])
+    return resolve(module.CONFIG, rest, f"bench {name}", f"{prog} {name}")
+
+
 def run_argv(argv: list[str], prog: str = "ncf bench") -> int:
     """``ncf bench BENCH ARGS``: run one bench (its results record ``PROG BENCH ARGS``) or ``all``."""
     if not argv:

@@ -121,13 +121,13 @@ def _run_child(args: EtlBench, workers: int) -> tuple[dict[str, Any], dict[str, 
 
 def _child(args: EtlBench) -> int:
     """One configuration in this process: time every stage, sample peak RSS."""
-    from ncf.workflows.etl import run_etl
+    from ncf.workflows.etl import EtlConfig, run_etl
 
     stages: dict[str, Any] = {}
-    opts = EtlOptions(
+    opts = EtlConfig(
         input=args.input,
         out=args.work,
-        negatives=args.eval_negatives,
+        eval_negatives=args.eval_negatives,
         workers=int(args.workers),
         engine=args.engine,
         force=True,

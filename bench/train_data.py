@@ -53,7 +53,7 @@ def split(
     """
     from ncf.core import names
     from ncf.workflows.encoding import sorted_unique_encoding
-    from ncf.workflows.etl import EtlOptions, filter_ratings, negative_seeds
+    from ncf.workflows.etl import EtlConfig, filter_ratings, negative_seeds
     from ncf.workflows.io import Ratings
     from ncf.workflows.negatives import sample_negatives
     from ncf.workflows.split import hold_out_latest
@@ -63,7 +63,7 @@ def split(
         columns[names.RAW_USER], columns[names.RAW_ITEM], columns[names.RAW_TIME], source, "synth"
     )
     if min_ratings is None:
-        min_ratings = EtlOptions.min_ratings  # `ncf etl`'s default (a dataclass field default)
+        min_ratings = EtlConfig.min_ratings  # `ncf etl`'s default (a dataclass field default)
     kept = filter_ratings(raw, min_ratings, eval_negatives)
     encoding = sorted_unique_encoding(kept.users, kept.items)
     n_users, n_items = encoding.user.size, encoding.item.size

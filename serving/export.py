@@ -15,7 +15,7 @@ the new version (``ncf.serving.repository.activate_version``); old versions are 
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime as _dt
 import inspect
 import io
@@ -26,6 +26,7 @@ import secrets
 import time
 import warnings
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -33,8 +34,8 @@ import onnxruntime as ort
 import torch
 
 from ncf.core import names
+from ncf.core.config import DEFAULT_SEED, Config, flag, setting
 from ncf.core.digest import sha256_file
-from ncf.core.options import call_with_args
 from ncf.models.checkpoint import load_model
 from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF
@@ -252,18 +253,67 @@ def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: b
         )
 
 
+@dataclasses.dataclass
+class ExportConfig(Config):
+    """Export a checkpoint to TorchScript + ONNX in a Triton repository (`ncf export`)."""
+
+    checkpoint: Path | None = setting(None, help="training checkpoint (RUN_DIR/best.pt; required)")
+    data: Path | None = setting(
+        None, help="ETL output directory the model was trained on (required)"
+    )
+    repo: Path = setting(Path("triton_repo"), help="Triton model repository to fill")
+    tolerance: float = setting(1e-5, help="max abs diff vs eager PyTorch")
+    check_samples: int = setting(4096, help="random ids compared")
+    seed: int = setting(DEFAULT_SEED, help="seed of the random ids")
+    template: Path | None = setting(
+        None,
+        help="repository whose config.pbtxt/model.py files are copied into --repo where missing "
+        "(unset: this project's triton_repo/)",
+    )
+    ignore_data_hash: bool = flag(
+        False, help="export even if metadata.json differs from the one recorded in the checkpoint"
+    )
+    onnx_exporter: Literal["auto", "dynamo", "legacy"] = setting(
+        "auto",
+        help="ONNX exporter: torch.export-based (dynamo) where available, else TorchScript-based",
+    )
+    server_url: str | None = setting(
+        None,
+        help="HTTP host:port of the tritonserver serving --repo: switch it to the new version "
+        "(zero failed requests; e.g. 127.0.0.1:8000; unset: no server is switched)",
+    )
+    keep_versions: int = setting(
+        repository.KEEP_VERSIONS, help="exported versions kept in --repo, newest first"
+    )
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of a missing or invalid value."""
+        for name in ("checkpoint", "data"):
+            if getattr(self, name) is None:
+                raise ValueError(f"--{name}: required (see `ncf export --help`)")
+        if self.check_samples < 1 or not self.tolerance >= 0:
+            raise ValueError(
+                f"--check-samples={self.check_samples}, --tolerance={self.tolerance}: need >= 1 "
+                "and >= 0"
+            )
+
+
+CONFIG = ExportConfig
+
+
 def export_repository(
     checkpoint: str | os.PathLike,
     data: str | os.PathLike,
     repo: str | os.PathLike,
-    tolerance: float = 1e-5,
-    check_samples: int = 4096,
-    seed: int = 0,
+    tolerance: float = ExportConfig.tolerance,
+    check_samples: int = ExportConfig.check_samples,
+    seed: int = ExportConfig.seed,
     template: str | os.PathLike | None = None,
     ignore_data_hash: bool = False,
-    onnx_exporter: str = "auto",
+    onnx_exporter: str = ExportConfig.onnx_exporter,
     server_url: str | None = None,
-    keep_versions: int = repository.KEEP_VERSIONS,
+    keep_versions: int = ExportConfig.keep_versions,
+    config: dict | None = None,
 ) -> dict:
     """Export ``checkpoint`` and the ETL tables of ``data`` into a new version of ``repo``.
 
@@ -274,6 +324,8 @@ def export_repository(
         the new version before old versions are pruned.
     keep_versions
         Exported versions kept on disk (the newest ones).
+    config
+        The resolved ``ncf export`` config, recorded in the manifests (``config``).
 
     Returns
     -------
@@ -326,6 +378,8 @@ def export_repository(
     checks["ann"] = ann_check.check_ann(cat_bytes, gmf, seen, meta, params, seed + 4)
     manifest = _manifest(Path(checkpoint), ckpt, model, meta, data, checks)
     manifest["export_id"] = export_id
+    if config is not None:
+        manifest["config"] = config
     _publish(repo, artifacts, manifest, template, server_url, keep_versions)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     return manifest
@@ -392,62 +446,19 @@ def _npz(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``ncf export``."""
-    parser.add_argument("--checkpoint", required=True, help="training checkpoint (RUN_DIR/best.pt)")
-    parser.add_argument(
-        "--data", required=True, help="ETL output directory the model was trained on"
-    )
-    parser.add_argument("--repo", default="triton_repo", help="Triton model repository to fill")
-    parser.add_argument(
-        "--template",
-        default=None,
-        help="repository whose config.pbtxt/model.py files are copied into --repo where missing "
-        "(default: this project's triton_repo/)",
-    )
-    parser.add_argument(
-        "--tolerance", type=float, default=1e-5, help="max abs diff vs eager PyTorch"
-    )
-    parser.add_argument("--check-samples", type=int, default=4096, help="random ids compared")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random ids")
-    parser.add_argument(
-        "--onnx-exporter",
-        choices=("auto", "dynamo", "legacy"),
-        default="auto",
-        help="ONNX exporter: torch.export-based (dynamo) where available, else TorchScript-based",
-    )
-    parser.add_argument(
-        "--server-url",
-        default=None,
-        help="HTTP host:port of the tritonserver serving --repo: switch it to the new version "
-        "(zero failed requests; e.g. 127.0.0.1:8000)",
-    )
-    parser.add_argument(
-        "--keep-versions",
-        type=int,
-        default=repository.KEEP_VERSIONS,
-        help="exported versions kept in --repo, newest first (default %(default)s)",
-    )
-    parser.add_argument(
-        "--ignore-data-hash",
-        action="store_true",
-        help="export even if metadata.json differs from the one recorded in the checkpoint",
-    )
+def run(cfg: ExportConfig) -> int:
+    """Run ``ncf export``; prints the checks and the written models as JSON on stdout.
 
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``ncf export``; prints the checks and the written models as JSON on stdout."""
-    if args.check_samples < 1 or not args.tolerance >= 0:
-        raise ValueError(
-            f"--check-samples={args.check_samples}, --tolerance={args.tolerance}: need >= 1 and >= 0"
-        )
-    manifest = call_with_args(export_repository, args)
+    The resolved ``cfg`` is recorded in every version folder's ``manifest.json`` (``config``).
+    """
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    manifest = export_repository(**values, config=cfg.to_dict())
     summary = {
-        "repo": str(Path(args.repo).resolve()),
+        "repo": str(Path(cfg.repo).resolve()),
         "models": list(repository.MODEL_ARTIFACTS),
         "version": manifest["version"],
         "export_id": manifest["export_id"],
-        "switched": bool(args.server_url),
+        "switched": bool(cfg.server_url),
         "max_abs_diff": manifest["checks"]["max_abs_diff"],
         "catalogue_bf16": manifest["checks"]["catalogue_bf16"],
         "ann": manifest["checks"]["ann"],

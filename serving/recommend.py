@@ -15,8 +15,8 @@ as such.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ncf.core import names
+from ncf.core.config import Config, flag, setting
 from ncf.serving.repository import latest_version
 
 MOVIES_FILE = "movies.csv"  # MovieLens: movieId,title,genres
@@ -118,42 +119,50 @@ def format_table(user: int, out: dict[str, np.ndarray], titles: dict[int, str]) 
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``ncf recommend``."""
-    parser.add_argument("--user", type=int, required=True, help="raw MovieLens userId")
-    parser.add_argument("--k", type=int, default=10, help="number of movies (default 10)")
-    parser.add_argument("--url", default="127.0.0.1:8000", help="tritonserver HTTP host:port")
-    parser.add_argument(
-        "--exclude", type=int, nargs="+", default=None, help="movieIds never to recommend"
+@dataclasses.dataclass
+class RecommendConfig(Config):
+    """One user's top-k movies from the running server, titled (`ncf recommend`)."""
+
+    user: int | None = setting(None, help="raw MovieLens userId (required)")
+    k: int = setting(10, help="number of movies")
+    url: str = setting("127.0.0.1:8000", help="tritonserver HTTP host:port")
+    exclude: list[int] = setting(default_factory=list, help="movieIds never to recommend")
+    include_rated: bool = flag(False, help="allow movies the user already rated")
+    movies: Path | None = setting(
+        None, help="movies.csv with the titles (unset: found from the ETL)"
     )
-    parser.add_argument(
-        "--include-rated", action="store_true", help="allow movies the user already rated"
+    data: Path | None = setting(
+        None, help="ETL directory (finds movies.csv; unset: the one --repo was exported from)"
     )
-    parser.add_argument("--movies", default=None, help="movies.csv with the titles")
-    parser.add_argument("--data", default=None, help="ETL directory (finds movies.csv)")
-    parser.add_argument(
-        "--repo", default="triton_repo", help="exported repository (finds the ETL directory)"
-    )
+    repo: Path = setting(Path("triton_repo"), help="exported repository (finds the ETL directory)")
+
+    def check(self) -> None:
+        """Raise ValueError naming a missing or invalid setting."""
+        if self.user is None:
+            raise ValueError("--user: required (a raw MovieLens userId, e.g. --user 1)")
+        if self.k < 1:
+            raise ValueError(f"--k {self.k}: must be >= 1")
 
 
-def run(args: argparse.Namespace) -> int:
+CONFIG = RecommendConfig
+
+
+def run(cfg: RecommendConfig) -> int:
     """Run ``ncf recommend``: print the table; exit 1 if the server refuses the request."""
     from tritonclient.utils import InferenceServerException
 
-    if args.k < 1:
-        raise ValueError(f"--k {args.k}: must be >= 1")
-    exclude = None if args.exclude is None else np.array([args.exclude], dtype=np.int64)
-    rated = np.array([[True]]) if args.include_rated else None
-    user = np.array([[args.user]], dtype=np.int64)
+    exclude = np.array([cfg.exclude], dtype=np.int64) if cfg.exclude else None
+    rated = np.array([[True]]) if cfg.include_rated else None
+    user = np.array([[cfg.user]], dtype=np.int64)
     try:
-        out = request(args.url, user, np.array([[args.k]], dtype=np.int64), exclude, rated)
+        out = request(cfg.url, user, np.array([[cfg.k]], dtype=np.int64), exclude, rated)
     except InferenceServerException as exc:
         print(f"ncf recommend: the server refused: {exc.message()}", file=sys.stderr)
         return 1
     except ConnectionError as exc:
-        raise ValueError(f"no tritonserver at {args.url} ({exc}): start `ncf serve`") from exc
-    path, source = movies_path(args.movies, args.data, args.repo)
+        raise ValueError(f"no tritonserver at {cfg.url} ({exc}): start `ncf serve`") from exc
+    path, source = movies_path(cfg.movies, cfg.data, cfg.repo)
     if path is None:
         print(f"ncf recommend: no titles ({source}); pass --movies", file=sys.stderr)
-    print(format_table(args.user, out, movie_titles(path) if path else {}))
+    print(format_table(cfg.user, out, movie_titles(path) if path else {}))
     return 0

@@ -8,80 +8,85 @@ server and its python stubs (one process group; nothing is left behind).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 from ncf.core import names
-from ncf.core.options import call_with_args
+from ncf.core.config import Config, flag_name, setting
 from ncf.serving.server import LOOPBACK, TritonServer
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``ncf serve``."""
-    parser.add_argument(
-        "--repo", default="triton_repo", help="model repository (ncf export --repo)"
+@dataclasses.dataclass
+class ServeConfig(Config):
+    """Run a real tritonserver on the model repository (127.0.0.1) (`ncf serve`)."""
+
+    repo: Path = setting(Path("triton_repo"), help="model repository (ncf export --repo)")
+    models: list[str] = setting(
+        default_factory=list,
+        help=f"models to load (none given: the exported ones of {', '.join(names.CPU_MODELS)})",
     )
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=None,
-        help=f"models to load (default: the exported ones of {', '.join(names.CPU_MODELS)})",
+    host: str = setting(
+        LOOPBACK,
+        help="address to bind (e.g. 0.0.0.0 exposes the server to the network)",
     )
-    parser.add_argument(
-        "--host",
-        default=LOOPBACK,
-        help="address to bind (default 127.0.0.1; e.g. 0.0.0.0 exposes the server to the network)",
+    http_port: int = setting(8000, help="HTTP port (0 = any free port)")
+    grpc_port: int = setting(8001, help="gRPC port (0 = any free port)")
+    metrics_port: int = setting(8002, help="metrics port (0 = any free)")
+    log_file: Path | None = setting(None, help="server log (unset: a temporary file)")
+    model_config_name: str | None = setting(
+        None,
+        help="tritonserver --model-config-name (e.g. gpu: <model>/configs/gpu.pbtxt, KIND_GPU; "
+        "unset: config.pbtxt)",
     )
-    parser.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 = any free port)")
-    parser.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0 = any free port)")
-    parser.add_argument(
-        "--metrics-port", type=int, default=8002, help="metrics port (0 = any free)"
-    )
-    parser.add_argument("--log-file", default=None, help="server log (default: a temporary file)")
-    parser.add_argument(
-        "--model-config-name",
-        default=None,
-        help="tritonserver --model-config-name (e.g. gpu: <model>/configs/gpu.pbtxt, KIND_GPU)",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait for readiness"
-    )
+    timeout: float = setting(120.0, help="seconds to wait for readiness")
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of a port or model this server cannot use."""
+        for name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ValueError(f"{flag_name(name)}={port}: must be in [0, 65535]")
+        ports = [p for p in (self.http_port, self.grpc_port, self.metrics_port) if p]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"--http-port/--grpc-port/--metrics-port {ports}: must differ")
+        unknown = sorted(set(self.models) - set(names.CPU_MODELS))
+        if unknown:
+            raise ValueError(
+                f"--models {unknown}: this CPU server runs only {list(names.CPU_MODELS)} "
+                f"({'/'.join(names.OFFICIAL_BACKEND_MODELS)} need the NGC tritonserver)"
+            )
 
 
-def _check_args(args: argparse.Namespace) -> None:
-    for flag in ("http_port", "grpc_port", "metrics_port"):
-        port = getattr(args, flag)
-        if not 0 <= port <= 65535:
-            raise ValueError(f"--{flag.replace('_', '-')}={port}: must be in [0, 65535]")
-    ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p]
-    if len(set(ports)) != len(ports):
-        raise ValueError(f"--http-port/--grpc-port/--metrics-port {ports}: must differ")
-    unknown = sorted(set(args.models or []) - set(names.CPU_MODELS))
-    if unknown:
-        raise ValueError(
-            f"--models {unknown}: this CPU server runs only {list(names.CPU_MODELS)} "
-            f"({'/'.join(names.OFFICIAL_BACKEND_MODELS)} need the NGC tritonserver)"
-        )
+CONFIG = ServeConfig
 
 
-def run(args: argparse.Namespace) -> int:
+def run(cfg: ServeConfig) -> int:
     """Run ``ncf serve``: start, report the endpoints, block until SIGINT/SIGTERM, stop cleanly."""
-    _check_args(args)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    server = call_with_args(TritonServer, args, log_path=args.log_file)
+    server = TritonServer(
+        cfg.repo,
+        models=cfg.models or None,
+        host=cfg.host,
+        http_port=cfg.http_port,
+        grpc_port=cfg.grpc_port,
+        metrics_port=cfg.metrics_port,
+        log_path=cfg.log_file,
+        model_config_name=cfg.model_config_name,
+    )
     try:
-        if args.host != LOOPBACK:
-            print(f"ncf serve: warning: binding {args.host}, not loopback", file=sys.stderr)
-        server.start(timeout=args.timeout)
+        if cfg.host != LOOPBACK:
+            print(f"ncf serve: warning: binding {cfg.host}, not loopback", file=sys.stderr)
+        server.start(timeout=cfg.timeout)
         _report(server)
         while not stop.wait(0.5):
             if not server.running():

@@ -4,19 +4,22 @@ RecBole's atomic files are tab-separated with a ``name:type`` header (docs/FACTS
 atomic files"); its datasets, ML-100K among them, come in this format. The user and item columns
 must hold integer tokens (MovieLens ids); rating and timestamp are numbers. The output has the
 columns of ``ratings.csv`` (``ncf.core.names.RAW_COLUMNS``) in the file's row order (so ``ncf etl
---ties file-order`` sees the same order) and is written atomically.
+--ties file-order`` sees the same order) and is written atomically, the resolved config of the
+command beside it (``ratings.config.json``, as ``ncf synth`` records its own).
 """
 
 from __future__ import annotations
 
-import argparse
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ncf.core import atomic, names
+from ncf.core.config import Config, setting, write_config
+from ncf.sources.synth import config_path
 
 # ratings.csv column -> the atomic field it comes from, by the names RecBole's MovieLens files use.
 FIELDS = {
@@ -70,13 +73,36 @@ def convert(inter: str | Path, out: str | Path) -> int:
     return len(ratings)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", type=Path, help="RecBole atomic interaction file (.inter)")
-    p.add_argument("--out", type=Path, required=True, help="ratings.csv to write")
+@dataclass
+class ConvertConfig(Config):
+    """A RecBole atomic .inter file (e.g. ML-100K) as ratings.csv (`ncf convert`)."""
+
+    input: Path | None = setting(
+        None,
+        help="RecBole atomic interaction file (.inter; required)",
+        positional=True,
+        nargs="?",
+        metavar="INPUT",
+    )
+    out: Path | None = setting(
+        None, help="ratings.csv to write, or a directory to hold ratings.csv (required)"
+    )
+
+    def check(self) -> None:
+        """Raise ValueError naming a missing setting."""
+        if self.input is None:
+            raise ValueError("INPUT: required (`ncf convert ml-100k.inter --out ratings.csv`)")
+        if self.out is None:
+            raise ValueError("--out: required (see `ncf convert --help`)")
 
 
-def run(args: argparse.Namespace) -> int:
-    out = args.out / "ratings.csv" if args.out.is_dir() else args.out
-    rows = convert(args.input, out)
+CONFIG = ConvertConfig
+
+
+def run(cfg: ConvertConfig) -> int:
+    """Convert; record the resolved config beside the output (``ratings.config.json``)."""
+    out = cfg.out / "ratings.csv" if cfg.out.is_dir() else cfg.out
+    rows = convert(cfg.input, out)
+    write_config(config_path(out), cfg, "convert")
     print(f"ncf convert: {rows:,} ratings -> {out}")
     return 0

@@ -4,12 +4,12 @@ The archive is streamed (urllib, any scheme it supports, ``file://`` included) i
 file beside its final name while its size and MD5 are computed; a mismatch deletes the temporary
 file and names the expected and actual values. The verified zip is kept (``OUT/<name>.zip``) so a
 second run does not download again, and is extracted into ``OUT/<name>/`` through a temporary
-directory, so an interrupted run never leaves a half-extracted dataset behind.
+directory, so an interrupted run never leaves a half-extracted dataset behind. The resolved config
+of the command is recorded as ``OUT/<name>.config.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from ncf.core.atomic import atomic_dir, clean_stale
+from ncf.core.config import Config, flag, setting, write_config
 
 _BASE = "https://files.grouplens.org/datasets/movielens/"
 _CHUNK = 1 << 20
@@ -226,30 +227,52 @@ def download(
     return extract(zip_path, spec, out_dir, overwrite=True)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", choices=sorted(ARCHIVES), help="which MovieLens archive")
-    parser.add_argument(
-        "--out", default="data", help="folder for the zip and the extracted dataset"
+@dataclass
+class DownloadConfig(Config):
+    """Fetch and verify an official MovieLens archive (`ncf download`)."""
+
+    dataset: str | None = setting(
+        None,
+        help="which MovieLens archive (required)",
+        positional=True,
+        nargs="?",
+        choices=sorted(ARCHIVES),
+        metavar="DATASET",
     )
-    parser.add_argument(
-        "--url", default=None, help="download from this URL instead (mirror, file://)"
+    out: Path = setting(Path("data"), help="folder for the zip and the extracted dataset")
+    url: str | None = setting(
+        None, help="download from this URL instead (mirror, file://; unset: GroupLens)"
     )
-    parser.add_argument(
-        "--archive",
-        default=None,
-        help="use this local zip instead of downloading (verified the same way)",
+    archive: Path | None = setting(
+        None, help="use this local zip instead of downloading (verified the same way)"
     )
-    parser.add_argument(
-        "--force", action="store_true", help="extract again even if already present"
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    force: bool = flag(False, help="extract again even if already present")
+    quiet: bool = flag(False, help="no progress line")
+
+    def check(self) -> None:
+        """Raise ValueError when no dataset is named."""
+        if self.dataset is None:
+            raise ValueError(
+                f"DATASET: required, one of {sorted(ARCHIVES)} (`ncf download ml-20m`)"
+            )
 
 
-def run(args: argparse.Namespace) -> int:
-    spec = ARCHIVES[args.dataset]
-    if args.url:
-        spec = replace(spec, url=args.url)
-    ratings = download(spec, args.out, args.archive, args.force, progress=not args.quiet)
+CONFIG = DownloadConfig
+
+
+def config_path(out: Path, dataset: str) -> Path:
+    """Where ``ncf download`` records its resolved config: ``OUT/<dataset>.config.json``, beside
+    the kept zip (the extracted folder holds only the archive's files)."""
+    return Path(out) / f"{dataset}.config.json"
+
+
+def run(cfg: DownloadConfig) -> int:
+    """Fetch, verify and extract; print the ratings path; record the config beside the dataset."""
+    spec = ARCHIVES[cfg.dataset]
+    if cfg.url:
+        spec = replace(spec, url=cfg.url)
+    ratings = download(spec, cfg.out, cfg.archive, cfg.force, progress=not cfg.quiet)
+    write_config(config_path(cfg.out, cfg.dataset), cfg, "download")
     unpinned = [k for k in ("size", "md5") if getattr(spec, k) is None]
     if unpinned:
         print(

@@ -29,7 +29,6 @@ users still short after a few rounds use the exponential race (Gumbel top-k) on 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -44,7 +43,7 @@ import numpy as np
 
 from ncf.core import names
 from ncf.core.atomic import clean_stale
-from ncf.core.options import call_with_args
+from ncf.core.config import DEFAULT_SEED, Config, flag, setting, write_config
 
 # ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
 ML20M_USERS = 138_493
@@ -67,33 +66,56 @@ _LIGHT_DRAWS_PER_CHUNK = 4_000_000  # with-replacement draws per light-user chun
 _HEAVY_CELLS_PER_CHUNK = 8_000_000  # users x items cells per heavy-user chunk (float32)
 
 
-@dataclass(frozen=True)
-class SynthConfig:
-    """Knobs of the generator (defaults reproduce ML-20m's statistics at ``scale=1``)."""
+@dataclass
+class SynthConfig(Config):
+    """An ML-20m-like synthetic ratings.csv with planted structure (`ncf synth`).
 
-    scale: float = 1.0
-    seed: int = 0
-    genres: int = 20  # latent genres (clusters) of items and user tastes
-    affinity: float = 1.0  # 0 = pure popularity (no personal structure), 1 = default tastes
-    pop_exponent: float = 2.0  # item weight ~ (rank + offset) ** -exponent
-    pop_offset: float = 100.0  # flat head of the popularity curve (at 26,744 items)
-    drift: float = (
-        5.0  # own-genre items are 1 + drift times as likely to be rated later (0: random)
+    The generator's knobs: the defaults reproduce ML-20m's statistics at ``scale=1``.
+    """
+
+    out: Path | None = setting(
+        None, help="output ratings.csv path, or a directory to hold ratings.csv (required)"
     )
-    pop_cutoff: float = 6000.0  # if > 0, weights also decay as exp(-rank / cutoff): a thin tail
-    user_sigma: float = 1.38  # lognormal sigma of (ratings per user - 20)
-    user_median_extra: float = 48.0  # median of (ratings per user - 20) before rescaling
+    scale: float = setting(
+        1.0, help="fraction of ML-20m's size (1.0: 138,493 users, 20,000,263 ratings)"
+    )
+    seed: int = setting(DEFAULT_SEED, help="random seed (output is deterministic)")
+    genres: int = setting(20, help="latent genres planted in items and user tastes")
+    affinity: float = setting(
+        1.0, help="strength of personal tastes in [0, 1]; 0 = popularity only"
+    )
+    drift: float = setting(
+        5.0,
+        help="odds (1 + drift) that an own-genre item is rated later than another; 0 = random order",
+    )
+    pop_exponent: float = setting(2.0, help="item weight ~ (popularity rank + offset) ** -exponent")
+    pop_offset: float = setting(100.0, help="flat head of the popularity curve (at 26,744 items)")
+    pop_cutoff: float = setting(
+        6000.0, help="if > 0, weights also decay as exp(-rank / cutoff): a thin tail"
+    )
+    user_sigma: float = setting(1.38, help="lognormal sigma of (ratings per user - 20)")
+    user_median_extra: float = setting(
+        48.0, help="median of (ratings per user - 20) before rescaling"
+    )
+    force: bool = flag(False, help="replace an existing output file")
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of a knob the generator cannot use."""
         if not (math.isfinite(self.scale) and self.scale >= MIN_SCALE):
             raise ValueError(
                 f"--scale {self.scale}: must be a number >= {MIN_SCALE} (1.0 = ML-20m size; below "
                 f"{MIN_SCALE} there are too few ratings to rate each of the {MIN_ITEMS} items)"
             )
         if self.genres < 2:
-            raise ValueError(f"genres={self.genres}: need at least 2 (a primary and a secondary)")
+            raise ValueError(f"--genres {self.genres}: need at least 2 (a primary and a secondary)")
         if not 0.0 <= self.affinity <= 1.0:
-            raise ValueError(f"affinity={self.affinity}: must be in [0, 1]")
+            raise ValueError(f"--affinity {self.affinity}: must be in [0, 1]")
+
+
+CONFIG = SynthConfig
 
 
 @dataclass(frozen=True)
@@ -572,47 +594,24 @@ def output_path(out: str | os.PathLike) -> Path:
     return out if out.suffix.lower() == ".csv" else out / "ratings.csv"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--scale",
-        type=float,
-        default=1.0,
-        help="fraction of ML-20m's size (1.0: 138,493 users, 20,000,263 ratings)",
-    )
-    parser.add_argument(
-        "--out", required=True, help="output ratings.csv path, or a directory to hold ratings.csv"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (output is deterministic)")
-    parser.add_argument(
-        "--genres",
-        type=int,
-        default=SynthConfig.genres,
-        help="latent genres planted in items and user tastes",
-    )
-    parser.add_argument(
-        "--affinity",
-        type=float,
-        default=SynthConfig.affinity,
-        help="strength of personal tastes in [0, 1]; 0 = popularity only",
-    )
-    parser.add_argument(
-        "--drift",
-        type=float,
-        default=SynthConfig.drift,
-        help="odds (1 + drift) that an own-genre item is rated later than another; 0 = random order",
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing output file")
+def config_path(csv: Path) -> Path:
+    """Where ``ncf synth`` records the resolved config of ``csv``: ``ratings.config.json``
+    beside ``ratings.csv`` (``ncf synth --config`` it, with ``--force``, to write it again)."""
+    return csv.with_suffix(".config.json")
 
 
-def run(args: argparse.Namespace) -> int:
-    path = output_path(args.out)
-    if path.exists() and not args.force:
+def run(cfg: SynthConfig) -> int:
+    """Generate and write the ratings and, beside them, the resolved config."""
+    if cfg.out is None:
+        raise ValueError("--out: required (see `ncf synth --help`)")
+    path = output_path(cfg.out)
+    if path.exists() and not cfg.force:
         raise FileExistsError(f"{path} already exists; pass --force to replace it")
-    cfg = call_with_args(SynthConfig, args)
     t0 = time.perf_counter()
     columns = generate(cfg)
     t1 = time.perf_counter()
     write_ratings_csv(columns, path)
+    write_config(config_path(path), cfg, "synth")
     t2 = time.perf_counter()
     stats = summary(columns)
     print(" ".join(f"{k}={v}" for k, v in stats.items()), file=sys.stderr)

@@ -13,7 +13,7 @@ import pytest
 
 from ncf.bench.entry import bench_name
 from ncf.bench.readme import END, START
-from ncf.cli import STAGES, build_parser
+from ncf.cli import parse_command
 from ncf.core.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,22 +66,4 @@ def test_readme_command_parses(command: str):
         module = importlib.import_module(argv[2])
         resolve(module.CONFIG, argv[3:], f"bench {bench_name(argv[2])}")
         return
-    stage = argv[1]
-    module = importlib.import_module(STAGES[stage][0])
-    if stage == "bench":
-        _parse_bench(argv[2:])
-    elif hasattr(module, "CONFIG"):
-        resolve(module.CONFIG, argv[2:], stage)
-    else:  # a stage still declared with add_arguments
-        build_parser([stage]).parse_args(argv[1:])
-
-
-def _parse_bench(argv: list[str]) -> None:
-    """``ncf bench NAME ARGS`` as ``ncf.bench.cli.run_argv`` resolves it."""
-    from ncf.bench import cli as bench_cli
-
-    if argv[0] == "all":
-        resolve(bench_cli.AllConfig, argv[1:], "bench all")
-        return
-    module = importlib.import_module(bench_cli.BENCHES[argv[0]][0])
-    resolve(module.CONFIG, argv[1:], f"bench {argv[0]}")
+    parse_command(argv[1:])

@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ncf.core.atomic import atomic_dir, clean_stale, write_json
+from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 from ncf.core.digest import sha256_file
-from ncf.core.names import METADATA_FILE, WORKFLOW_DIR
+from ncf.core.names import CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
 from ncf.workflows import metadata as md
 from ncf.workflows.backend import dense_codes
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
@@ -37,24 +38,73 @@ ENGINES = ("nvtabular", "pandas")
 StageFn = Callable[[str], AbstractContextManager[Any]]
 
 
-@dataclasses.dataclass
-class EtlOptions:
-    """Options of one ETL run (the ``ncf etl`` flags)."""
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+ETL_EPILOG = """rules: duplicate (user, item) pairs keep their latest rating; users with fewer than
+--min-ratings interactions are dropped (and, for --holdout valid,test, users with fewer than 3);
+each user's latest interaction is the test item, and with --holdout valid,test the one before it
+the valid item (ties on timestamp: --ties); negatives are --eval-negatives distinct items per user
+and held-out split, uniform over the items the user never rated, never a positive.
 
-    input: Path
-    out: Path
-    negatives: int = 100
-    min_ratings: int = 20
-    workers: int = 1
-    seed: int = 0
-    engine: str = "nvtabular"
-    force: bool = False
-    scheduler: str | None = None  # address of a running Dask scheduler (None: no external cluster)
-    holdout: str = "valid,test"
-    ties: str = "item-id"
+output in OUT: train/ test/ negatives/ (and valid/ valid_negatives/) (parquet, int64 user_id,
+item_id), workflow/ (the saved NVTabular Workflow; --engine pandas writes vocab/ instead),
+metadata.json and config.json (the resolved `ncf etl` config: `ncf etl --config OUT/config.json`
+rebuilds it). OUT is written to a temporary directory and renamed into place. Rerunning with the
+same input and options reuses OUT; --force rebuilds it. Protocol: docs/PROTOCOL.md.
+
+a running Dask cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS) fits the Workflow on
+its workers (`dask worker`; `dask cuda worker` when this host has a GPU) instead of in this
+process; OUT must then be on a filesystem every worker mounts at the same path. The output is the
+same as without it."""
+
+
+@dataclasses.dataclass
+class EtlConfig(Config):
+    """NVTabular ETL: ids, leave-one-out split, exact eval negatives (`ncf etl`)."""
+
+    EPILOG: ClassVar[str | None] = ETL_EPILOG
+
+    input: Path | None = setting(
+        None,
+        help="ML-20m ratings.csv (header userId,movieId,rating,timestamp) or ML-1M ratings.dat "
+        "(required)",
+    )
+    out: Path | None = setting(None, help="output directory (written atomically; required)")
+    eval_negatives: int = setting(
+        100, help="evaluation negatives per held-out user (100 DLE, 999 MLPerf)"
+    )
+    min_ratings: int = setting(20, help="drop users with fewer interactions after de-duplication")
+    workers: int = setting(
+        1, help="run the Workflow on a local Dask cluster of N workers (1: no cluster)"
+    )
+    seed: int = setting(DEFAULT_SEED, help="seed of the negative sampler")
+    engine: Literal["nvtabular", "pandas"] = setting(
+        "nvtabular",
+        help="nvtabular: Categorify Workflow on cuDF/pandas; pandas: fallback for hosts without "
+        "Merlin (sorted-unique ids, no workflow/)",
+    )
+    force: bool = flag(False, help="rebuild OUT even if it can be reused")
+    scheduler: str | None = setting(
+        None,
+        metavar="ADDRESS",
+        help="fit on the running Dask cluster of this scheduler (e.g. tcp://node0:8786) instead "
+        f"of in this process; unset: ${SCHEDULER_ENV} when set (--engine nvtabular, no --workers)",
+    )
+    holdout: Literal["valid,test", "test"] = setting(
+        "valid,test",
+        help="held-out interactions per user: valid,test (latest -> test/, the one before -> "
+        "valid/, for model selection) or test (DLE's layout, ML-20m parity)",
+    )
+    ties: Literal["item-id", "file-order"] = setting(
+        "item-id",
+        help="which same-second interaction is the latest: item-id (larger movieId) or "
+        "file-order (later line of the input file)",
+    )
 
     def check(self) -> None:
         """Raise ValueError for option values that cannot work."""
+        for name in ("input", "out"):
+            if getattr(self, name) is None:
+                raise ValueError(f"--{name}: required (see `ncf etl --help`)")
         if self.engine not in ENGINES:
             raise ValueError(f"--engine must be one of {ENGINES}, got {self.engine!r}")
         if self.holdout not in md.HOLDOUTS or self.ties not in md.TIES:
@@ -62,11 +112,9 @@ class EtlOptions:
                 f"--holdout must be one of {md.HOLDOUTS} and --ties one of {md.TIES}, got "
                 f"{self.holdout!r} and {self.ties!r}"
             )
-        for name in ("negatives", "min_ratings", "workers"):
+        for name in ("eval_negatives", "min_ratings", "workers"):
             if getattr(self, name) < 1:
-                raise ValueError(
-                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-                )
+                raise ValueError(f"{flag_name(name)} must be >= 1, got {getattr(self, name)}")
         if self.engine == "nvtabular" and find_spec("nvtabular") is None:
             raise ValueError(
                 "--engine nvtabular needs NVTabular (the Merlin pins of pyproject.toml, or the NGC "
@@ -87,6 +135,13 @@ class EtlOptions:
                 f"{self.scheduler} uses a running one: pass only one of them"
             )
 
+    def fingerprint_options(self) -> dict[str, Any]:
+        """The settings under the names the reuse fingerprint has always used
+        (``md.OUTPUT_OPTIONS``: the evaluation negatives are ``negatives`` there)."""
+        values = dataclasses.asdict(self)
+        values["negatives"] = values.pop("eval_negatives")
+        return values
+
 
 @dataclasses.dataclass
 class Kept:
@@ -106,7 +161,7 @@ def log(message: str) -> None:
     print(f"ncf etl: {message}", file=sys.stderr, flush=True)
 
 
-def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
+def run_etl(opts: EtlConfig, stage: StageFn | None = None) -> dict[str, Any]:
     """Run the ETL; return the metadata written to ``out/metadata.json`` (or the reused one).
 
     Parameters
@@ -144,7 +199,11 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
         }
         with timed("filter"):
             kept = filter_ratings(
-                ratings, opts.min_ratings, opts.negatives, opts.holdout, opts.ties == "file-order"
+                ratings,
+                opts.min_ratings,
+                opts.eval_negatives,
+                opts.holdout,
+                opts.ties == "file-order",
             )
         del ratings
         source["sha256"] = sha.result()
@@ -153,6 +212,7 @@ def run_etl(opts: EtlOptions, stage: StageFn | None = None) -> dict[str, Any]:
         meta = _build(opts, kept, tmp, timed, source)
         meta["timings_s"] = timings
         write_json(tmp / METADATA_FILE, meta)
+        write_config(tmp / CONFIG_FILE, opts, "etl")
     _summary(opts, meta)
     return meta
 
@@ -215,7 +275,7 @@ def _take(cols: dict[str, Any], keep: Any, n_dropped: int) -> dict[str, Any]:
     return {k: v[keep] for k, v in cols.items()} if n_dropped else cols
 
 
-def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
+def _build(opts: EtlConfig, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
     """Fit, transform, split, sample and write into ``tmp``; return the metadata."""
     workflow, backend, workers = None, "pandas", opts.workers
     with timed("fit"):
@@ -242,7 +302,7 @@ def _build(opts: EtlOptions, kept: Kept, tmp: Path, timed: StageFn, source: dict
         # One draw per held-out split, each over every positive (train, valid and test).
         negs = [
             sample_negatives(
-                u_idx, i_idx, encoding.user.size, encoding.item.size, opts.negatives, seed
+                u_idx, i_idx, encoding.user.size, encoding.item.size, opts.eval_negatives, seed
             )
             for seed in negative_seeds(opts.seed, len(held))
         ]
@@ -287,7 +347,7 @@ def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
 
 
 def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, Any]:
-    options = dataclasses.asdict(opts)
+    options = opts.fingerprint_options()
     backend, workers = ran_on
     return {
         "num_users": encoding.user.cardinality,
@@ -297,7 +357,7 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
         "n_users": encoding.user.size,
         "n_items": encoding.item.size,
         **counts,
-        "negatives_per_user": opts.negatives,
+        "negatives_per_user": opts.eval_negatives,
         "holdout": opts.holdout,
         "ties": opts.ties,
         "dropped": kept.dropped,
@@ -326,11 +386,11 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
     }
 
 
-def _reuse(opts: EtlOptions) -> dict[str, Any] | None:
+def _reuse(opts: EtlConfig) -> dict[str, Any] | None:
     """The existing metadata if ``out`` can be reused; raise if it exists but differs (no --force)."""
     if not opts.out.exists() or not opts.input.is_file():
         return None
-    wanted = md.fingerprint(dataclasses.asdict(opts), sha256_file(opts.input))
+    wanted = md.fingerprint(opts.fingerprint_options(), sha256_file(opts.input))
     existing = md.read_metadata(opts.out)
     differences = md.reuse_differences(existing, wanted)
     if not differences and not opts.force:
@@ -355,7 +415,7 @@ def _timer(timings: dict[str, float], outer: StageFn | None) -> StageFn:
     return timed
 
 
-def _summary(opts: EtlOptions, meta: dict[str, Any]) -> None:
+def _summary(opts: EtlConfig, meta: dict[str, Any]) -> None:
     d, du = meta["dropped"], meta["dropped_users"]
     few = ""
     if du["below_holdout_minimum"]:
@@ -374,6 +434,6 @@ def _summary(opts: EtlOptions, meta: dict[str, Any]) -> None:
     print(
         f"ncf etl: {meta['input']['rows']:,} ratings -> {meta['n_users']:,} users, "
         f"{meta['n_items']:,} items; train {meta['train_rows']:,}, {valid}test {meta['test_rows']:,}, "
-        f"negatives {meta['negative_rows']:,} ({opts.negatives}/user); {opts.out} "
+        f"negatives {meta['negative_rows']:,} ({opts.eval_negatives}/user); {opts.out} "
         f"[{meta['engine']}/{meta['backend']}{where}, {total:.1f} s]"
     )

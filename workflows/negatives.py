@@ -43,11 +43,11 @@ def check_feasible(counts: Any, n_items: int, n: int, user_ids: Any | None = Non
         Raw user id per row of ``counts`` (for the message); defaults to the index.
     """
     if n < 1:
-        raise ValueError(f"--negatives must be >= 1, got {n}")
+        raise ValueError(f"--eval-negatives must be >= 1, got {n}")
     if n_items < n + 1:
         raise ValueError(
             f"only {n_items} distinct items remain after filtering, too few to draw {n} negatives "
-            f"per user plus the test item; lower --negatives to at most {max(n_items - 1, 0)}"
+            f"per user plus the test item; lower --eval-negatives to at most {max(n_items - 1, 0)}"
         )
     free = n_items - counts
     short = np.flatnonzero(np.asarray(_host(free)) < n)
@@ -57,7 +57,7 @@ def check_feasible(counts: Any, n_items: int, n: int, user_ids: Any | None = Non
         raise ValueError(
             f"user {who} interacted with {int(_host(counts)[first])} of the {n_items} items, "
             f"leaving {int(_host(free)[first])} < {n} to draw negatives from "
-            f"({short.size} user(s) affected); lower --negatives"
+            f"({short.size} user(s) affected); lower --eval-negatives"
         )
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ncf.core.config import main_error, resolve
+from ncf.core.config import Config, main_error, resolve
 
 # subcommand -> (module, one-line help). Order is the pipeline's order.
 STAGES: dict[str, tuple[str, str]] = {
@@ -71,9 +71,9 @@ EXAMPLES = """examples:
 """
 
 
-def build_parser(stages: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The top-level parser (``ncf --help``); ``stages`` limits which stage modules get imported
-    (stages still declared with ``add_arguments`` add their flags)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: ``ncf --help`` lists the commands (each has its own generated
+    ``--help``); it imports no stage."""
     parser = argparse.ArgumentParser(
         prog="ncf",
         description="Neural Collaborative Filtering (NeuMF) on MovieLens: NVTabular ETL, "
@@ -82,22 +82,29 @@ def build_parser(stages: Sequence[str] | None = None) -> argparse.ArgumentParser
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_) in STAGES.items():
-        p = sub.add_parser(name, help=help_, description=help_)
-        if stages is None or name in stages:
-            mod = importlib.import_module(module)
-            if hasattr(mod, "add_arguments"):
-                mod.add_arguments(p)
+    for name, (_, help_) in STAGES.items():
+        sub.add_parser(name, help=help_, description=help_)
     return parser
 
 
-def log_config(stage: str, cfg: object) -> None:
+def log_config(stage: str, cfg: Config) -> None:
     """Print the resolved configuration of a stage (rank 0 only) as one JSON line on stderr."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    values = cfg.to_dict() if hasattr(cfg, "to_dict") else vars(cfg)
-    values = {k: v for k, v in values.items() if k != "command"}
-    print(f"ncf {stage} config: {json.dumps(values, default=str, sort_keys=True)}", file=sys.stderr)
+    values = json.dumps(cfg.to_dict(), default=str, sort_keys=True)
+    print(f"ncf {stage} config: {values}", file=sys.stderr)
+
+
+def parse_command(argv: Sequence[str]) -> Config:
+    """The resolved config ``ncf ARGV`` would run with, parsed and checked but not run (README,
+    compose and gpu_check tests). Raises ValueError (one line) when ``argv`` does not parse."""
+    stage, rest = argv[0], list(argv[1:])
+    if stage not in STAGES:
+        raise ValueError(f"unknown command {stage!r}; commands: {', '.join(STAGES)}")
+    module = importlib.import_module(STAGES[stage][0])
+    if hasattr(module, "parse_argv"):  # subcommands of its own
+        return module.parse_argv(rest, f"ncf {stage}")
+    return resolve(module.CONFIG, rest, stage, f"ncf {stage}")
 
 
 def _dispatch(stage: str, argv: list[str]) -> int:
@@ -106,10 +113,7 @@ def _dispatch(stage: str, argv: list[str]) -> int:
     prog = f"ncf {stage}"
     if hasattr(module, "run_argv"):  # subcommands of its own
         return int(module.run_argv(argv, prog) or 0)
-    if hasattr(module, "CONFIG"):
-        cfg = resolve(module.CONFIG, argv, stage, prog)
-    else:  # a stage still declared with add_arguments
-        cfg = build_parser([stage]).parse_args([stage, *argv])
+    cfg = resolve(module.CONFIG, argv, stage, prog)
     log_config(stage, cfg)
     return int(module.run(cfg) or 0)
 
@@ -117,7 +121,7 @@ def _dispatch(stage: str, argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in STAGES:
-        parser = build_parser([])
+        parser = build_parser()
         if argv and argv[0] in ("-h", "--help"):
             parser.print_help()
             return 0

@@ -1,136 +1,158 @@
 """``ncf run``: the whole pipeline on one ratings file, each stage as its own ``ncf`` process.
 
-ETL -> train -> evaluate -> export -> tritonserver -> query + benchmark -> stop -> report. Stages
-run as subprocesses of the same interpreter so each one logs its resolved configuration, frees its
-memory on exit and can be rerun alone with the command printed here.
+ETL -> train -> evaluate -> export -> tritonserver -> query + benchmark -> stop -> report. The run's
+settings are ``RunConfig``; each stage's config is built from them (the ``*_stage`` functions),
+written to ``RUN_DIR/configs/<stage>.json`` and run as ``ncf STAGE --config FILE`` by
+``ncf.core.runner.Runner``, so each stage logs its resolved configuration, frees its memory on exit
+and can be rerun alone with the command recorded in ``stages.json`` and the report. The run's own
+resolved config is ``RUN_DIR/config.json``: ``ncf run --config RUN_DIR/config.json`` runs it again
+(into a new run directory).
+
+A stage whose module does not expose ``CONFIG`` yet is still handed its flags (``handover``); the
+record then holds those flags, as before the configs.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime as _dt
+import importlib
 import json
 import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from ncf.cli.report import write_report
 from ncf.core import names
 from ncf.core.atomic import write_json
+from ncf.core.config import DEFAULT_SEED, Config, flag, resolve, setting, write_config
+from ncf.core.runner import Runner, StageFailed
+from ncf.serving.export import ExportConfig
+from ncf.workflows.etl import EtlConfig
 
 DEFAULT_INPUT = Path("data/ml-latest-small/ratings.csv")
+STAGE_CONFIGS = "configs"  # RUN_DIR/configs/<stage>.json: the config each stage ran with
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--input",
-        type=Path,
-        default=DEFAULT_INPUT,
-        help="ratings.csv or ratings.dat (default: %(default)s)",
+@dataclasses.dataclass
+class RunConfig(Config):
+    """The whole pipeline end to end on one ratings file (what `make run` does)."""
+
+    input: Path = setting(DEFAULT_INPUT, help="ratings.csv or ratings.dat")
+    runs: Path = setting(Path("runs"), help="parent of the run directory")
+    etl_dir: Path | None = setting(
+        None,
+        help="ETL output to (re)use (unset: work/etl/<input dir name>, plus -valid-test for "
+        "--holdout valid,test; RUN_DIR/config.json records the directory used)",
     )
-    p.add_argument(
-        "--runs",
-        type=Path,
-        default=Path("runs"),
-        help="parent of the run directory (default: %(default)s)",
+    holdout: Literal["valid,test", "test"] = setting(
+        EtlConfig.holdout,
+        help="ETL hold-out: valid,test (epoch chosen on validation, test scored once) or test "
+        "(DLE's best-test-epoch protocol, for comparison with DLE's figures)",
     )
-    p.add_argument(
-        "--etl-dir",
-        type=Path,
-        default=None,
-        help="ETL output to (re)use (default: work/etl/<input dir name>, plus -valid-test for "
-        "--holdout valid,test)",
+    repo: Path = setting(Path("triton_repo"), help="Triton model repository to export into")
+    preset: str = setting("small", help="training preset (see `ncf train --help`)")
+    epochs: int | None = setting(None, help="override the preset's epochs (unset: the preset's)")
+    eval_negatives: int = setting(
+        EtlConfig.eval_negatives, help="evaluation negatives per user (`ncf etl --eval-negatives`)"
     )
-    p.add_argument(
-        "--holdout",
-        choices=("valid,test", "test"),
-        default="valid,test",
-        help="ETL hold-out: valid,test (epoch chosen on validation, test scored once; default) "
-        "or test (DLE's best-test-epoch protocol, for comparison with DLE's figures)",
-    )
-    p.add_argument(
-        "--repo",
-        type=Path,
-        default=Path("triton_repo"),
-        help="Triton model repository to export into",
-    )
-    p.add_argument(
-        "--preset",
-        default="small",
-        help="training preset (default: %(default)s; see `ncf train --help`)",
-    )
-    p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
-    p.add_argument(
-        "--negatives",
-        type=int,
-        default=100,
-        help="evaluation negatives per user (default: %(default)s)",
-    )
-    p.add_argument(
-        "--min-ratings",
-        type=int,
-        default=20,
-        help="drop users with fewer ratings (default: %(default)s)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=1,
-        help="seed for ETL negatives and training (default: %(default)s)",
-    )
-    p.add_argument(
-        "--bench-seconds", type=float, default=2.0, help="seconds per Triton benchmark point"
-    )
-    p.add_argument(
-        "--skip-serving", action="store_true", help="stop after export (no tritonserver)"
+    min_ratings: int = setting(EtlConfig.min_ratings, help="drop users with fewer ratings")
+    seed: int = setting(DEFAULT_SEED, help="seed for ETL negatives and training")
+    bench_seconds: float = setting(2.0, help="seconds per Triton benchmark point")
+    skip_serving: bool = flag(False, help="stop after export (no tritonserver)")
+
+    def check(self) -> None:
+        """Raise ValueError naming the flag of an invalid value."""
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"--epochs {self.epochs}: must be >= 1 (or unset: the preset's)")
+        if not self.bench_seconds > 0:
+            raise ValueError(f"--bench-seconds {self.bench_seconds}: must be > 0")
+
+
+# A stage is handed a Config (run by Runner) or, while its module has no CONFIG, its flags.
+Handover = Config | list[str]
+
+
+def handover(module: str, stage: str, argv: list[str]) -> Handover:
+    """``argv`` resolved into the config of ``ncf STAGE`` where ``module`` exposes ``CONFIG``
+    (checked here, before the stage starts), else ``argv`` itself."""
+    cls = getattr(importlib.import_module(module), "CONFIG", None)
+    return argv if cls is None else resolve(cls, argv, stage)
+
+
+def etl_stage(cfg: RunConfig, etl_dir: Path) -> EtlConfig:
+    """``ncf etl``'s config of this run."""
+    return EtlConfig(
+        input=cfg.input,
+        out=etl_dir,
+        eval_negatives=cfg.eval_negatives,
+        min_ratings=cfg.min_ratings,
+        seed=cfg.seed,
+        holdout=cfg.holdout,
     )
 
 
-def _stage(log: list[dict], name: str, argv: list[str]) -> None:
-    """Run ``ncf <argv>`` as a subprocess; raise with the command on failure."""
-    cmd = [sys.executable, "-m", "ncf.cli", *argv]
-    print(f"\n=== {name}: ncf {shlex.join(argv)}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    rc = subprocess.run(cmd, check=False).returncode
-    seconds = round(time.perf_counter() - t0, 2)
-    log.append({"stage": name, "command": "ncf " + shlex.join(argv), "seconds": seconds, "rc": rc})
-    if rc != 0:
-        raise RuntimeError(
-            f"stage {name!r} failed (exit {rc}); rerun it alone with: ncf {shlex.join(argv)}"
-        )
+def train_stage(cfg: RunConfig, etl_dir: Path, out: Path, preset: str) -> Handover:
+    """``ncf train``'s settings of this run (``preset``: small for NeuMF, mf-small for MF)."""
+    epochs = ["--epochs", str(cfg.epochs)] if cfg.epochs is not None else []
+    argv = ["--data", str(etl_dir), "--out", str(out), "--preset", preset, "--seed", str(cfg.seed)]
+    return handover("ncf.models.train", "train", [*argv, *epochs])
 
 
-def q(path: object) -> str:
-    """A path quoted for the shell-style command lines of the run (paths may hold spaces)."""
-    return shlex.quote(str(path))
+def evaluate_stage(etl_dir: Path, checkpoint: Path, out: Path) -> Handover:
+    """``ncf evaluate``'s settings: sampled and full-ranking figures of ``checkpoint``."""
+    argv = ["--data", str(etl_dir), "--checkpoint", str(checkpoint), "--full-ranking"]
+    return handover("ncf.models.evaluate", "evaluate", [*argv, "--out", str(out)])
 
 
-def stage_commands(args: argparse.Namespace, etl_dir: Path, run_dir: Path) -> list[tuple[str, str]]:
-    """``(stage, ncf argv as one string)`` for every stage of the run, in order."""
-    ckpt = run_dir / "train" / "best.pt"
-    epochs = f" --epochs {args.epochs}" if args.epochs is not None else ""
-    served = f"{names.MODEL_NEUMF} {names.MODEL_ENSEMBLE} {names.MODEL_RECOMMEND}"
-    cmds = [
-        ("etl", f"etl --input {q(args.input)} --out {q(etl_dir)} --negatives {args.negatives} "
-                f"--min-ratings {args.min_ratings} --seed {args.seed} --holdout {args.holdout}"),
-        ("train", f"train --data {q(etl_dir)} --out {q(run_dir / 'train')} --preset {args.preset} "
-                  f"--seed {args.seed}{epochs}"),
-        ("train-mf", f"train --data {q(etl_dir)} --out {q(run_dir / 'train-mf')} --preset mf-small "
-                     f"--seed {args.seed}{epochs}"),
-        ("evaluate", f"evaluate --data {q(etl_dir)} --checkpoint {q(ckpt)} --full-ranking "
-                     f"--out {q(run_dir / 'evaluation.json')}"),
-        ("evaluate-mf", f"evaluate --data {q(etl_dir)} --checkpoint {q(run_dir / 'train-mf' / 'best.pt')} "
-                        f"--full-ranking --out {q(run_dir / 'evaluation-mf.json')}"),
-        ("export", f"export --checkpoint {q(ckpt)} --data {q(etl_dir)} --repo {q(args.repo)}"),
+def export_stage(cfg: RunConfig, etl_dir: Path, checkpoint: Path) -> ExportConfig:
+    """``ncf export``'s config: the NeuMF checkpoint into ``--repo``."""
+    return ExportConfig(checkpoint=checkpoint, data=etl_dir, repo=cfg.repo)
+
+
+def bench_stage(cfg: RunConfig, run_dir: Path) -> Handover:
+    """``ncf bench triton``'s settings: the served models over HTTP and gRPC, briefly."""
+    served = [names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND]
+    argv = ["--repo", str(cfg.repo), "--models", *served, "--protocols", "http", "grpc",
+            "--batch-sizes", "1", "1024", "--concurrency", "1", "4",
+            "--duration", str(cfg.bench_seconds), "--warmup", "0.5",
+            "--results-dir", str(run_dir / "bench")]  # fmt: skip
+    return handover("ncf.bench.triton", "bench triton", argv)
+
+
+def stages(cfg: RunConfig, etl_dir: Path, run_dir: Path) -> list[tuple[str, str, Callable]]:
+    """``(name, stage, build)`` of every stage of the run, in order; ``build()`` makes its
+    handover just before it runs (a stage's checks may read the outputs of the ones before)."""
+    ckpt, ckpt_mf = run_dir / "train" / "best.pt", run_dir / "train-mf" / "best.pt"
+    steps = [
+        ("etl", "etl", lambda: etl_stage(cfg, etl_dir)),
+        ("train", "train", lambda: train_stage(cfg, etl_dir, run_dir / "train", cfg.preset)),
+        ("train-mf", "train", lambda: train_stage(cfg, etl_dir, run_dir / "train-mf", "mf-small")),
+        ("evaluate", "evaluate", lambda: evaluate_stage(etl_dir, ckpt, run_dir / "evaluation.json")),
+        ("evaluate-mf", "evaluate",
+         lambda: evaluate_stage(etl_dir, ckpt_mf, run_dir / "evaluation-mf.json")),
+        ("export", "export", lambda: export_stage(cfg, etl_dir, ckpt)),
     ]  # fmt: skip
-    if not args.skip_serving:
-        cmds.append(("serve+bench", f"bench triton --repo {q(args.repo)} --models {served} "
-                     "--protocols http grpc --batch-sizes 1 1024 --concurrency 1 4 "
-                     f"--duration {args.bench_seconds} --warmup 0.5 "
-                     f"--results-dir {q(run_dir / 'bench')}"))  # fmt: skip
-    return cmds
+    if not cfg.skip_serving:
+        steps.append(("serve+bench", "bench triton", lambda: bench_stage(cfg, run_dir)))
+    return steps
+
+
+def run_flags(runner: Runner, name: str, stage: str, argv: list[str]) -> None:
+    """Run ``ncf STAGE ARGV`` (a stage without CONFIG yet), recorded as ``Runner.run`` records."""
+    words = [*stage.split(), *argv]
+    command = "ncf " + shlex.join(words)
+    print(f"\n=== {name}: {command}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    rc = subprocess.run([sys.executable, "-m", "ncf.cli", *words], check=False).returncode
+    seconds = round(time.perf_counter() - t0, 2)
+    runner.records.append({"stage": name, "command": command, "seconds": seconds, "rc": rc})
+    if rc != 0:
+        raise StageFailed(f"stage {name!r} failed (exit {rc}); rerun it alone with: {command}")
 
 
 def default_etl_dir(input_path: Path, holdout: str) -> Path:
@@ -140,36 +162,45 @@ def default_etl_dir(input_path: Path, holdout: str) -> Path:
     return Path("work/etl") / f"{input_path.parent.name}{suffix}"
 
 
-def run(args: argparse.Namespace) -> int:
-    if not args.input.is_file():
+def run(cfg: RunConfig) -> int:
+    """Run every stage; write ``config.json``, ``stages.json``, ``metrics.json`` and the report."""
+    if not cfg.input.is_file():
         raise FileNotFoundError(
-            f"{args.input}: no such ratings file (ncf run reads ratings.csv or ratings.dat)"
+            f"{cfg.input}: no such ratings file (ncf run reads ratings.csv or ratings.dat)"
         )
-    run_dir = args.runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    cfg = cfg.replace(etl_dir=cfg.etl_dir or default_etl_dir(cfg.input, cfg.holdout))
+    run_dir = cfg.runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
-    etl_dir = args.etl_dir or default_etl_dir(args.input, args.holdout)
-    stages: list[dict] = []
+    write_config(run_dir / names.CONFIG_FILE, cfg, "run")
+    runner = Runner(run_dir / STAGE_CONFIGS)
     t0 = time.perf_counter()
     try:
-        for name, argv in stage_commands(args, etl_dir, run_dir):
-            _stage(stages, name, shlex.split(argv))
-    except RuntimeError as exc:  # the stage printed its own error; keep the record of the run
-        write_json(run_dir / "stages.json", stages)
+        for name, stage, build in stages(cfg, cfg.etl_dir, run_dir):
+            given = build()
+            if isinstance(given, Config):
+                runner.run(name, stage, given)
+            else:
+                run_flags(runner, name, stage, given)
+    except StageFailed as exc:  # the stage printed its own error; keep the record of the run
+        write_json(run_dir / "stages.json", runner.records)
         print(f"ncf run: {exc} (record: {run_dir / 'stages.json'})", file=sys.stderr)
         return 1
     summary = write_report(
         run_dir,
-        etl_dir=etl_dir,
+        etl_dir=cfg.etl_dir,
         train_dir=run_dir / "train",
         bench_dir=run_dir / "bench",
-        stages=stages,
+        stages=runner.records,
         total_seconds=round(time.perf_counter() - t0, 1),
-        input_path=args.input,
+        input_path=cfg.input,
     )
-    write_json(run_dir / "stages.json", stages)
+    write_json(run_dir / "stages.json", runner.records)
     print(json.dumps(summary, indent=2), file=sys.stderr)
     _print_summary(summary, run_dir)
     return 0
+
+
+CONFIG = RunConfig
 
 
 def _print_summary(s: dict, run_dir: Path) -> None:
@@ -192,3 +223,4 @@ def _print_summary(s: dict, run_dir: Path) -> None:
         f"{f('served_samples_per_s', ',.0f')} samples/s, p99 {f('served_p99_ms', '.2f')} ms"
     )
     print(f"  report: {run_dir / 'report.md'}")
+    print(f"  rerun: ncf run --config {shlex.quote(str(run_dir / names.CONFIG_FILE))}")

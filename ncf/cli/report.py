@@ -182,4 +182,6 @@ def _markdown(
     lines += ["## Stages", "", "| stage | seconds | command |", "|---|---|---|"]
     lines += [f"| {st['stage']} | {st['seconds']} | `{st['command']}` |" for st in s["stages"]]
     lines += ["", f"DLLogger log: `{(train_dir / 'log.json').relative_to(run_dir)}`", ""]
+    if (run_dir / names.CONFIG_FILE).is_file():  # the run's resolved config (ncf run)
+        lines += [f"Rerun: `ncf run --config {run_dir / names.CONFIG_FILE}`", ""]
     return "\n".join(lines)

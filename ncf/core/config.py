@@ -66,6 +66,8 @@ class Config:
 
     # Fields read before the others (as ``--preset``) because they choose the base layer.
     PRE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # Text after the flags in ``--help`` (rules, output layout); kept as written.
+    EPILOG: ClassVar[str | None] = None
 
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value and the fix."""
@@ -220,6 +222,7 @@ def resolve(cls: type[C], argv: Sequence[str], stage: str, prog: str | None = No
     parser = _Parser(
         prog=prog or f"ncf {stage}",
         description=(cls.__doc__ or "").strip().splitlines()[0],
+        epilog=cls.EPILOG,
         add_option_string_dash_variants=simple_parsing.DashVariant.DASH,
         add_config_path_arg=False,
     )

@@ -3,7 +3,6 @@ project's own parsers (its dry run prints them), so a typo cannot waste the devi
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shlex
@@ -16,7 +15,7 @@ from ncf.bench import inference as bench_inference
 from ncf.bench import profile_step as bench_profile
 from ncf.bench import train as bench_train
 from ncf.bench.entry import bench_name
-from ncf.cli import STAGES, build_parser
+from ncf.cli import parse_command
 from ncf.core.config import ParseError, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +47,9 @@ def _dry_run(tmp_path: Path) -> list[list[str]]:
 
 
 def _parse_module(module: str, argv: list[str]) -> object:
-    """The resolved config (a stage still on add_arguments: its parsed namespace)."""
+    """The resolved config of ``python -m MODULE ARGV``."""
     if module == "ncf.cli":
-        stage = importlib.import_module(STAGES[argv[0]][0])
-        if hasattr(stage, "CONFIG"):
-            return resolve(stage.CONFIG, argv[1:], argv[0])
-        return build_parser([argv[0]]).parse_args(argv)
+        return parse_command(argv)
     return resolve(BENCH_MODULES[module].CONFIG, argv, f"bench {bench_name(module)}")
 
 

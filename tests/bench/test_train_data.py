@@ -13,7 +13,7 @@ import torch
 from ncf.bench.train_data import load, split
 from ncf.core import names
 from ncf.models.data import load_etl
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 
 MIN_RATINGS, NEGATIVES = 5, 4
 
@@ -44,7 +44,7 @@ def test_split_equals_the_etl(tmp_path: Path) -> None:
     csv = tmp_path / "ratings.csv"
     ratings.to_csv(csv, index=False)
     out = tmp_path / "etl"
-    opts = EtlOptions(csv, out, NEGATIVES, MIN_RATINGS, engine="pandas", holdout="test")
+    opts = EtlConfig(csv, out, NEGATIVES, MIN_RATINGS, engine="pandas", holdout="test")
     run_etl(opts)
     etl = load_etl(out)
     columns = {c: ratings[c].to_numpy() for c in names.RAW_COLUMNS}

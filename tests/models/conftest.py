@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -30,14 +29,10 @@ def _restore_torch_globals():
     torch.use_deterministic_algorithms(deterministic)
 
 
-def parse(module, argv: list[str]) -> Config | argparse.Namespace:
+def parse(module, argv: list[str]) -> Config:
     """The config of an `ncf` stage module (``ncf.models.train``: ``ncf train``), resolved from
-    ``argv`` as its subcommand would; a module without ``CONFIG``: its ``add_arguments`` flags."""
+    ``argv`` as its subcommand would."""
     argv = [str(a) for a in argv]
-    if not hasattr(module, "CONFIG"):
-        parser = argparse.ArgumentParser()
-        module.add_arguments(parser)
-        return parser.parse_args(argv)
     return resolve(module.CONFIG, argv, module.__name__.rsplit(".", 1)[-1])
 
 

@@ -12,7 +12,7 @@ import torch
 
 from ncf.core import names
 from ncf.models.data import load_etl
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 from tests.models.etl_data import RESERVED, planted_ratings, write_etl_dir
 
 
@@ -102,7 +102,9 @@ def valid_etl(tmp_path: Path) -> Path:
     pd.DataFrame(
         {"userId": frame.user, "movieId": frame.item, "rating": 4.0, "timestamp": frame.time}
     ).to_csv(csv, index=False)
-    opts = EtlOptions(input=csv, out=tmp_path / "etl", negatives=5, min_ratings=1, engine="pandas")
+    opts = EtlConfig(
+        input=csv, out=tmp_path / "etl", eval_negatives=5, min_ratings=1, engine="pandas"
+    )
     run_etl(opts)
     return tmp_path / "etl"
 

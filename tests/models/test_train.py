@@ -15,7 +15,7 @@ from ncf.core.dllog import read_log
 from ncf.models import checkpoint, evaluate, train
 from ncf.models.selection import DLE_PROTOCOL, VALID_PROTOCOL
 from ncf.models.trainer import LOG_FILE, METRICS_FILE, PLOT_FILE, Trainer
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
 
@@ -175,10 +175,10 @@ def valid_etl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     ratings.to_csv(root / "ratings.csv", index=False)
     run_etl(
-        EtlOptions(
+        EtlConfig(
             input=root / "ratings.csv",
             out=root / "etl",
-            negatives=20,
+            eval_negatives=20,
             min_ratings=1,
             engine="pandas",
             holdout="valid,test",

@@ -2,25 +2,50 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ncf.cli import STAGES, main
+from ncf.core.config import DEFAULT_SEED, Config
+
+# Stages whose settings are a typed config (the CLI generated from it; no add_arguments).
+CONFIG_STAGES = tuple(s for s in STAGES if s != "bench")  # bench: one config per bench (run_argv)
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
-def test_every_stage_module_has_arguments_and_run(stage):
-    """A config and run(cfg), or subcommands of its own (run_argv), or (still) add_arguments."""
+def test_every_stage_module_has_a_config_or_its_own_parser_and_run(stage):
     module = importlib.import_module(STAGES[stage][0])
     if hasattr(module, "run_argv"):
         assert callable(module.run_argv)
-    elif hasattr(module, "CONFIG"):
-        assert callable(module.run)
     else:
-        assert callable(module.add_arguments) and callable(module.run)
+        assert issubclass(module.CONFIG, Config) and callable(module.run)
+
+
+@pytest.mark.parametrize("stage", CONFIG_STAGES)
+def test_config_stages_declare_no_flags_by_hand(stage):
+    module = importlib.import_module(STAGES[stage][0])
+    assert issubclass(module.CONFIG, Config) and not hasattr(module, "add_arguments")
+    assert "add_argument(" not in Path(module.__file__).read_text()
+
+
+@pytest.mark.parametrize("stage", CONFIG_STAGES)
+def test_every_seed_defaults_to_the_one_seed_default(stage):
+    cfg = importlib.import_module(STAGES[stage][0]).CONFIG
+    seeds = [f for f in dataclasses.fields(cfg) if f.name == "seed"]
+    assert all(f.default == DEFAULT_SEED for f in seeds)
+
+
+def test_evaluation_negatives_have_one_name_and_one_default():
+    from ncf.cli.pipeline import RunConfig
+    from ncf.workflows.etl import EtlConfig
+
+    assert RunConfig().eval_negatives == EtlConfig().eval_negatives == 100
+    assert "negatives" not in {f.name for f in dataclasses.fields(RunConfig)}
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -47,3 +72,9 @@ def test_missing_input_is_one_clear_line(tmp_path, capsys):
     assert rc == 2
     assert str(missing) in err and "Traceback" not in err
     assert not (tmp_path / "etl").exists()
+
+
+def test_parse_error_is_one_line(capsys):
+    assert main(["etl", "--input", "r.csv", "--out", "o", "--negatives", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ncf etl: error: unrecognized arguments")

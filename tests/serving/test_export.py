@@ -136,7 +136,14 @@ def real_etl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ratings = etl_fixture.synthetic_ratings(n_users=30, n_items=80, per_user=25, seed=4)
     ratings.to_csv(tmp / "ratings.csv", index=False)
     with etl_fixture.quiet_merlin():
-        args = ["--input", str(tmp / "ratings.csv"), "--out", str(tmp / "etl"), "--negatives", "20"]
+        args = [
+            "--input",
+            str(tmp / "ratings.csv"),
+            "--out",
+            str(tmp / "etl"),
+            "--eval-negatives",
+            "20",
+        ]
         code = main(["etl", *args])
     assert code == 0
     return tmp / "etl"

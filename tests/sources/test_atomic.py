@@ -53,3 +53,17 @@ def test_bad_input_named_and_nothing_written(tmp_path, body, header, message):
         convert(inter, out)
     assert message in str(err.value)
     assert not out.exists() and list(tmp_path.iterdir()) == [inter]
+
+
+def test_cli_writes_the_csv_and_its_config_and_needs_both_paths(tmp_path, capsys):
+    from ncf.cli import main
+    from ncf.core.config import read_config
+
+    inter = _inter(tmp_path, "196\t242\t3\t881250949\n")
+    out = tmp_path / "d"
+    out.mkdir()
+    assert main(["convert", str(inter), "--out", str(out)]) == 0
+    assert pd.read_csv(out / "ratings.csv").values.tolist() == [[196, 242, 3.0, 881250949]]
+    assert read_config(out / "ratings.config.json", "convert")["input"] == str(inter)
+    assert main(["convert", "--out", str(out)]) == 2
+    assert "INPUT: required" in capsys.readouterr().err

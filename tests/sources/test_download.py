@@ -134,3 +134,17 @@ def test_cli_with_url_reports_mismatch_as_one_line(toy_zip: Path, tmp_path: Path
     assert code == 2
     assert "md5 mismatch" in err and ARCHIVES["ml-1m"].md5 in err
     assert _leftovers(tmp_path / "d") == []
+
+
+def test_cli_records_its_config_beside_the_zip(tmp_path: Path, capsys) -> None:
+    from ncf.core.config import read_config
+
+    # ml-latest-small pins neither size nor md5: any zip with its ratings file is accepted.
+    zipped = _zip(tmp_path / "small.zip", {"ml-latest-small/ratings.csv": RATINGS})
+    out = tmp_path / "d"
+    argv = ["download", "ml-latest-small", "--out", str(out), "--archive", str(zipped), "--quiet"]
+    assert cli.main(argv) == 0
+    assert (out / "ml-latest-small" / "ratings.csv").read_text() == RATINGS
+    assert read_config(out / "ml-latest-small.config.json", "download")["archive"] == str(zipped)
+    assert cli.main(["download"]) == 2
+    assert "DATASET: required" in capsys.readouterr().err

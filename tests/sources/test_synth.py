@@ -10,6 +10,7 @@ import pytest
 
 from ncf import cli
 from ncf.core import names
+from ncf.core.config import DEFAULT_SEED, read_config
 from ncf.sources.synth import (
     MIN_USER_RATINGS,
     RATING_COUNTS,
@@ -98,7 +99,11 @@ def test_cli_writes_ml20m_format(tmp_path: Path) -> None:
     assert len(lines) == 1 + sizes(0.001).ratings
     user, item, rating, ts = lines[1].split(",")
     assert user == "1" and rating in {f"{v:.1f}" for v in RATING_VALUES} and len(ts) in (9, 10)
-    assert [p.name for p in out.iterdir()] == ["ratings.csv"]  # no temp file left behind
+    # No temp file left behind; the resolved config beside the ratings reruns the command.
+    assert sorted(p.name for p in out.iterdir()) == ["ratings.config.json", "ratings.csv"]
+    recorded = read_config(out / "ratings.config.json", "synth")
+    assert recorded["seed"] == 1 and recorded["scale"] == 0.001
+    assert SynthConfig().seed == DEFAULT_SEED
     frame = pd.read_csv(path)
     expected = generate(SynthConfig(scale=0.001, seed=1))
     np.testing.assert_array_equal(frame[names.RAW_ITEM].to_numpy(), expected[names.RAW_ITEM])

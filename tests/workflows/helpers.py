@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ncf.core.names import ITEM, METADATA_FILE, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 
 REPO = Path(__file__).resolve().parents[2]
 # Hosts without Merlin (e.g. the lent GPU box) run only the --engine pandas tests.
@@ -24,7 +24,7 @@ SMALL = REPO / "data" / "ml-latest-small" / "ratings.csv"
 
 def etl(inp: Path, out: Path, **kw) -> dict:
     """Run the ETL in this process and return its metadata."""
-    return run_etl(EtlOptions(input=inp, out=out, **kw))
+    return run_etl(EtlConfig(input=inp, out=out, **kw))
 
 
 def read(out: Path, name: str) -> pd.DataFrame:

@@ -6,10 +6,13 @@ The exact-output cases run ``--holdout test`` (DLE's layout, the outputs of the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ncf.cli import main
-from ncf.core.names import ITEM, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER, WORKFLOW_DIR
+from ncf.core.config import DEFAULT_SEED
+from ncf.core.names import CONFIG_FILE, ITEM, NEGATIVES_DIR, TEST_DIR, TRAIN_DIR, USER, WORKFLOW_DIR
 from tests.workflows.helpers import etl, metadata, needs_nvtabular, outputs
 
 # user 10: items 1 (twice: t=5 and t=7, the later is kept), 2 (t=9), 3 (t=9: tie, larger id wins)
@@ -38,7 +41,9 @@ def table(tmp_path):
 
 
 def test_hand_made_table_pandas_engine(table, tmp_path):
-    meta = etl(table, tmp_path / "out", negatives=2, min_ratings=2, engine="pandas", holdout="test")
+    meta = etl(
+        table, tmp_path / "out", eval_negatives=2, min_ratings=2, engine="pandas", holdout="test"
+    )
     assert meta["dropped"] == {
         "duplicate_pairs": 1,
         "users_below_min_ratings": 1,
@@ -64,7 +69,7 @@ def test_hand_made_table_nvtabular_engine(table, tmp_path):
     from ncf.workflows.workflow import import_nvtabular, quiet_merlin
 
     out = tmp_path / "out"
-    meta = etl(table, out, negatives=2, min_ratings=2, holdout="test")
+    meta = etl(table, out, eval_negatives=2, min_ratings=2, holdout="test")
     nvt = import_nvtabular()
     import pandas as pd
 
@@ -95,10 +100,10 @@ def test_hand_made_table_nvtabular_engine(table, tmp_path):
         ("userId,movieId,rating,timestamp\n1,2,3,4\n1,x,3,4\n", {}, r"line 3, column 'movieId'"),
         (
             TABLE,
-            {"negatives": 3, "min_ratings": 2},
+            {"eval_negatives": 3, "min_ratings": 2},
             r"user 10 interacted with 3 of the 5 items, leaving 2 < 3",
         ),
-        (TABLE, {"negatives": 5, "min_ratings": 2}, r"only 5 distinct items remain"),
+        (TABLE, {"eval_negatives": 5, "min_ratings": 2}, r"only 5 distinct items remain"),
         (TABLE, {"min_ratings": 50}, r"no user has >= 50 ratings"),
     ],
 )
@@ -125,21 +130,21 @@ def test_cli_error_is_one_line_exit_2(tmp_path, capsys):
 
 def test_reuse_force_and_mismatch(table, tmp_path, capsys):
     out = tmp_path / "out"
-    first = etl(table, out, negatives=2, min_ratings=2, engine="pandas")
+    first = etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas")
     marker = out / "train" / "part_0.parquet"
     stamp = marker.stat().st_mtime_ns
-    again = etl(table, out, negatives=2, min_ratings=2, engine="pandas", workers=1)
+    again = etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas", workers=1)
     assert "reusing" in capsys.readouterr().err
     assert again["created"] == first["created"] and marker.stat().st_mtime_ns == stamp
-    with pytest.raises(FileExistsError, match=r"seed: 0 != 5.*--force"):
-        etl(table, out, negatives=2, min_ratings=2, engine="pandas", seed=5)
-    rebuilt = etl(table, out, negatives=2, min_ratings=2, engine="pandas", seed=5, force=True)
+    with pytest.raises(FileExistsError, match=r"seed: 1 != 5.*--force"):
+        etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas", seed=5)
+    rebuilt = etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas", seed=5, force=True)
     assert rebuilt["seed"] == 5 and metadata(out)["seed"] == 5
     assert not list(tmp_path.glob(".tmp-*"))
     # The input changed: its sha256 differs, so the output is not reused.
     table.write_text(TABLE.replace("20,5,0.5,2", "20,5,1.0,2"))
     with pytest.raises(FileExistsError, match=r"input_sha256"):
-        etl(table, out, negatives=2, min_ratings=2, engine="pandas", seed=5)
+        etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas", seed=5)
 
 
 def test_bad_options(table, tmp_path):
@@ -163,9 +168,34 @@ def test_bad_options(table, tmp_path):
 def test_ml1m_dat_and_bom_crlf_csv_end_to_end(tmp_path, name, content):
     path = tmp_path / name
     path.write_bytes(content.encode("utf-8"))
-    meta = etl(path, tmp_path / "out", negatives=1, min_ratings=2, engine="pandas", holdout="test")
+    meta = etl(
+        path, tmp_path / "out", eval_negatives=1, min_ratings=2, engine="pandas", holdout="test"
+    )
     assert meta["input"]["format"] == name.rsplit(".", 1)[1]
     data = outputs(tmp_path / "out")
     # users 1, 2 -> 0, 1; items 10, 20, 30 -> 0, 1, 2; tests: (1, 20) and (2, 30)
     assert pairs(data[TEST_DIR]) == [(0, 1), (1, 2)]
     assert pairs(data[NEGATIVES_DIR]) == [(0, 2), (1, 1)]
+
+
+def test_output_holds_its_resolved_config_and_it_reruns_the_etl(table, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--input", str(table), "--out", str(out), "--engine", "pandas", "--min-ratings", "2"]
+    assert main(["etl", *argv, "--eval-negatives", "2", "--holdout", "test"]) == 0
+    doc = json.loads((out / CONFIG_FILE).read_text())
+    assert doc["format"] == "ncf-config/1" and doc["stage"] == "etl"
+    assert doc["config"]["eval_negatives"] == 2 and doc["config"]["seed"] == DEFAULT_SEED
+    # The fingerprint keeps its key names (outputs written before the configs stay reusable).
+    assert metadata(out)["fingerprint"]["negatives"] == 2
+    capsys.readouterr()
+    assert main(["etl", "--config", str(out / CONFIG_FILE)]) == 0
+    assert "reusing" in capsys.readouterr().err
+    # A flag over the file: another seed, refused without --force.
+    assert main(["etl", "--config", str(out / CONFIG_FILE), "--seed", "5"]) == 2
+    assert "seed: 1 != 5" in capsys.readouterr().err
+
+
+def test_etl_seed_default_is_the_one_seed_default():
+    from ncf.workflows.etl import EtlConfig
+
+    assert EtlConfig().seed == DEFAULT_SEED == 1

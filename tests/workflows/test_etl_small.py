@@ -32,7 +32,7 @@ pytestmark = needs_nvtabular
 def small(tmp_path_factory):
     """One NVTabular-engine ETL run of ml-latest-small, shared by the tests of this module."""
     out = tmp_path_factory.mktemp("etl") / "small"
-    etl(SMALL, out, negatives=N_NEG, min_ratings=20, seed=3)
+    etl(SMALL, out, eval_negatives=N_NEG, min_ratings=20, seed=3)
     return out, {n: read(out, n) for n in SPLITS}, metadata(out)
 
 
@@ -135,7 +135,7 @@ def test_vocab_files_give_the_workflow_mapping(small, raw, workflow):
 
 def test_same_input_same_output(small, tmp_path):
     out, data, _ = small
-    etl(SMALL, tmp_path / "again", negatives=N_NEG, min_ratings=20, seed=3)
+    etl(SMALL, tmp_path / "again", eval_negatives=N_NEG, min_ratings=20, seed=3)
     again = {n: read(tmp_path / "again", n) for n in SPLITS}
     for name, frame in data.items():
         pd.testing.assert_frame_equal(again[name], frame)
@@ -144,7 +144,7 @@ def test_same_input_same_output(small, tmp_path):
 def test_pandas_engine_gives_the_same_split(small, raw, workflow, tmp_path):
     _, data, _ = small
     out = tmp_path / "pandas"
-    meta = etl(SMALL, out, negatives=N_NEG, min_ratings=20, seed=3, engine="pandas")
+    meta = etl(SMALL, out, eval_negatives=N_NEG, min_ratings=20, seed=3, engine="pandas")
     assert meta["engine"] == "pandas" and not (out / WORKFLOW_DIR).exists()
     assert meta["user_id_range"] == [0, meta["n_users"]] and meta["num_users"] == meta["n_users"]
     # Map both outputs back to raw ids: the same test pairs.

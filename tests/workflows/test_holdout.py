@@ -105,7 +105,9 @@ def by_user(pairs: list[tuple[int, int]]) -> dict[int, set[int]]:
 @pytest.mark.parametrize("holdout,ties", list(EXPECTED))
 def test_hand_computed_splits(table, tmp_path, holdout, ties, engine):
     out = tmp_path / "out"
-    meta = etl(table, out, negatives=2, min_ratings=1, holdout=holdout, ties=ties, engine=engine)
+    meta = etl(
+        table, out, eval_negatives=2, min_ratings=1, holdout=holdout, ties=ties, engine=engine
+    )
     splits = EXPECTED[(holdout, ties)]
     for name, pairs in splits.items():
         assert raw_pairs(out, meta, name) == sorted(pairs), name
@@ -162,7 +164,7 @@ def test_negatives_avoid_the_other_splits_item(tmp_path):
         path, index=False
     )
     out = tmp_path / "out"
-    etl(path, out, negatives=4, min_ratings=1, engine="pandas")
+    etl(path, out, eval_negatives=4, min_ratings=1, engine="pandas")
     frames = {n: read(out, n) for n in (TRAIN_DIR, VALID_DIR, TEST_DIR)}
     keys = {n: set(zip(f[USER], f[ITEM], strict=True)) for n, f in frames.items()}
     assert not (keys[TRAIN_DIR] & keys[VALID_DIR] or keys[TRAIN_DIR] & keys[TEST_DIR])
@@ -199,22 +201,24 @@ def test_too_few_interactions_for_valid_test(tmp_path):
     with pytest.raises(
         ValueError, match=r"no user has >= 3 ratings.*needs 3 per user.*--holdout test"
     ):
-        etl(path, tmp_path / "out", negatives=1, min_ratings=2, engine="pandas")
+        etl(path, tmp_path / "out", eval_negatives=1, min_ratings=2, engine="pandas")
     assert not (tmp_path / "out").exists()
-    meta = etl(path, tmp_path / "out", negatives=1, min_ratings=2, engine="pandas", holdout="test")
+    meta = etl(
+        path, tmp_path / "out", eval_negatives=1, min_ratings=2, engine="pandas", holdout="test"
+    )
     assert meta["test_rows"] == meta["train_rows"] == 2
 
 
 def test_holdout_and_ties_are_in_the_fingerprint(table, tmp_path):
     out = tmp_path / "out"
-    etl(table, out, negatives=2, min_ratings=1, engine="pandas", holdout="test")
+    etl(table, out, eval_negatives=2, min_ratings=1, engine="pandas", holdout="test")
     with pytest.raises(FileExistsError, match=r"holdout: 'test' != 'valid,test'"):
-        etl(table, out, negatives=2, min_ratings=1, engine="pandas")
+        etl(table, out, eval_negatives=2, min_ratings=1, engine="pandas")
     with pytest.raises(FileExistsError, match=r"ties: 'item-id' != 'file-order'"):
         etl(
             table,
             out,
-            negatives=2,
+            eval_negatives=2,
             min_ratings=1,
             engine="pandas",
             holdout="test",
@@ -229,16 +233,16 @@ def test_output_written_before_the_options_is_reused_as_holdout_test(table, tmp_
     import json
 
     out = tmp_path / "out"
-    etl(table, out, negatives=2, min_ratings=1, engine="pandas", holdout="test")
+    etl(table, out, eval_negatives=2, min_ratings=1, engine="pandas", holdout="test")
     meta_path = out / "metadata.json"
     meta = json.loads(meta_path.read_text())
     for key in ("holdout", "ties"):
         del meta["fingerprint"][key]
     meta_path.write_text(json.dumps(meta))
-    etl(table, out, negatives=2, min_ratings=1, engine="pandas", holdout="test")
+    etl(table, out, eval_negatives=2, min_ratings=1, engine="pandas", holdout="test")
     assert "reusing" in capsys.readouterr().err
     with pytest.raises(FileExistsError, match="holdout"):
-        etl(table, out, negatives=2, min_ratings=1, engine="pandas")
+        etl(table, out, eval_negatives=2, min_ratings=1, engine="pandas")
 
 
 def _digest(out, name: str) -> str:

@@ -83,7 +83,7 @@ def test_infeasible_requests_name_the_user():
         check_feasible(np.array([1, 4]), 6, 3, user_ids=np.array([41, 42]))
     with pytest.raises(ValueError, match=r"only 3 distinct items remain.*at most 2"):
         check_feasible(np.array([1]), 3, 5)
-    with pytest.raises(ValueError, match=r"--negatives must be >= 1"):
+    with pytest.raises(ValueError, match=r"--eval-negatives must be >= 1"):
         check_feasible(np.array([1]), 3, 0)
 
 

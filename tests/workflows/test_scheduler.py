@@ -6,7 +6,6 @@ The cluster is real: a ``dask scheduler`` process and two ``dask worker`` proces
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -23,7 +22,7 @@ import pytest
 
 from ncf import cli
 from ncf.core.names import WORKFLOW_DIR
-from ncf.workflows.etl import EtlOptions
+from ncf.workflows.etl import EtlConfig
 from tests.workflows.helpers import REPO, SMALL, etl, metadata, needs_nvtabular, outputs
 
 distributed = pytest.importorskip("distributed")
@@ -210,11 +209,11 @@ def test_scheduler_without_workers_is_reported(tmp_path):
 
 
 def _parsed(*argv: str):
+    from ncf.core.config import resolve
     from ncf.workflows import cli as etl_cli
 
-    parser = argparse.ArgumentParser()
-    etl_cli.add_arguments(parser)
-    return etl_cli, parser.parse_args(["--input", "r.csv", "--out", "o", *argv])
+    argv = ["--input", "r.csv", "--out", "o", *argv]
+    return etl_cli, resolve(etl_cli.CONFIG, argv, "etl")
 
 
 def test_scheduler_flag_wins_over_the_environment_variable(monkeypatch):
@@ -237,6 +236,6 @@ def test_scheduler_flag_wins_over_the_environment_variable(monkeypatch):
     ],
 )
 def test_scheduler_with_options_it_cannot_combine_with(options, message):
-    opts = EtlOptions(input=SMALL, out=Path("o"), scheduler="tcp://127.0.0.1:8786", **options)
+    opts = EtlConfig(input=SMALL, out=Path("o"), scheduler="tcp://127.0.0.1:8786", **options)
     with pytest.raises(ValueError, match=message):
         opts.check()

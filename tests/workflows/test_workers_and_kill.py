@@ -59,9 +59,9 @@ def complete(out) -> bool:
     )
 
 
-# Commits (ncf.core.atomic renames) of one ETL run: metadata.json inside the temporary directory, then
-# the directory itself.
-ETL_COMMITS = 2
+# Commits (ncf.core.atomic renames) of one ETL run: metadata.json and config.json inside the
+# temporary directory, then the directory itself.
+ETL_COMMITS = 3
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["fresh", "over-previous"])
@@ -71,13 +71,13 @@ def test_sigkill_leaves_the_previous_output_and_a_rerun_gives_the_uninterrupted_
 ):
     inp = write_synthetic(tmp_path / "ratings.csv", n_users=300, n_items=200, per_user=30)
     reference, out = tmp_path / "reference", tmp_path / "etl"
-    etl(inp, reference, engine="pandas", negatives=50, seed=1)
+    etl(inp, reference, engine="pandas", eval_negatives=50, seed=1)
     args = ncf_etl(
         *("--input", str(inp), "--out", str(out), "--engine", "pandas"),
-        *("--negatives", "50", "--seed", "1", *(["--force"] if force else [])),
+        *("--eval-negatives", "50", "--seed", "1", *(["--force"] if force else [])),
     )
     if force:  # a previous, different output that the killed run was replacing
-        etl(inp, out, engine="pandas", negatives=50, seed=2)
+        etl(inp, out, engine="pandas", eval_negatives=50, seed=2)
         previous = outputs(out)
     killed = subprocess.run(
         args,
