@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,25 +144,31 @@ def plan_from(cfg: AllConfig) -> Plan:
     return Plan(quick, scale, Path("data/synth") / name / "ratings.csv", work, results, readme)
 
 
-# A step: (record name, ``ncf`` stage, the stage's config, or its flags while the stage takes no
-# config yet; switching a stage to its config replaces its flags list by the config, one line).
-Step = tuple[str, str, Config | list[str]]
+# A step: (record name, ``ncf`` stage, the stage's config).
+Step = tuple[str, str, Config]
 
 
 def prepare(plan: Plan) -> list[Step]:
     """Steps that make the inputs (data, ETL, checkpoint, Triton repository) still missing."""
+    from ncf.models.train import TrainRunConfig
+    from ncf.serving.export import ExportConfig
+    from ncf.sources.synth import SynthConfig
+    from ncf.workflows.etl import EtlConfig
+
     steps: list[Step] = []
     if not plan.ratings.is_file():
-        steps.append(("synth", "synth", ["--scale", str(plan.scale), "--out", str(plan.ratings)]))
-    steps.append(("etl", "etl", ["--input", str(plan.ratings), "--out", str(plan.etl)]))
+        steps.append(("synth", "synth", SynthConfig(scale=plan.scale, out=plan.ratings)))
+    steps.append(("etl", "etl", EtlConfig(input=plan.ratings, out=plan.etl)))
     if not plan.checkpoint.is_file():
         # A brief run: the inference and Triton benches need a real checkpoint, not a good one.
-        brief = ["--epochs", "1"] + (["--preset", "small"] if plan.quick else [])
-        out = ["--data", str(plan.etl), "--out", str(plan.checkpoint.parent), "--force"]
-        steps.append(("train", "train", [*out, *brief]))
+        preset = "small" if plan.quick else "dle"
+        train = TrainRunConfig.from_preset(
+            preset, data=plan.etl, out=plan.checkpoint.parent, force=True, epochs=1
+        )
+        steps.append(("train", "train", train))
     if latest_version(plan.repo / "neumf") is None:  # nothing exported yet
-        where = ["--checkpoint", str(plan.checkpoint), "--data", str(plan.etl)]
-        steps.append(("export", "export", [*where, "--repo", str(plan.repo)]))
+        export = ExportConfig(checkpoint=plan.checkpoint, data=plan.etl, repo=plan.repo)
+        steps.append(("export", "export", export))
     return steps
 
 
@@ -201,15 +206,6 @@ def bench_configs(plan: Plan, skip: list[str]) -> list[tuple[str, Config | None]
     return out
 
 
-def run_step(runner: Runner, name: str, stage: str, how: Config | list[str]) -> None:
-    """Run one step through ``runner``: a config is handed over as a file; flags (a stage not
-    yet on configs) are passed as they are."""
-    if isinstance(how, list):
-        _legacy_step(runner, name, stage, how)
-    else:
-        runner.run(name, stage, how)
-
-
 def run_all(cfg: AllConfig) -> int:
     plan = plan_from(cfg)
     runner = Runner(plan.work / "configs")
@@ -217,7 +213,7 @@ def run_all(cfg: AllConfig) -> int:
     write_config(runner.config_dir / "bench-all.json", cfg.replace(**resolved), "bench all")
     for step in prepare(plan):
         try:
-            run_step(runner, *step)
+            runner.run(*step)
         except StageFailed as exc:
             raise StageFailed(f"preparing {step[0]} failed: {exc}") from None
     if "triton" not in cfg.skip:
@@ -252,17 +248,3 @@ def _setup_perf_analyzer() -> None:
             "ncf bench all: perf_analyzer unavailable; the Triton bench uses tritonclient threads",
             file=sys.stderr,
         )
-
-
-def _legacy_step(runner: Runner, name: str, stage: str, argv: list[str]) -> None:
-    """A stage whose module takes flags, not yet a config: ``python -m ncf.cli STAGE ARGV``,
-    recorded in ``runner.records`` as ``Runner.run`` records a stage."""
-    words = [*stage.split(), *argv]
-    command = "ncf " + " ".join(words)
-    print(f"\n=== {name}: {command}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    rc = subprocess.run([sys.executable, "-m", "ncf.cli", *words], check=False).returncode
-    seconds = round(time.perf_counter() - t0, 2)
-    runner.records.append({"stage": name, "command": command, "seconds": seconds, "rc": rc})
-    if rc != 0:
-        raise StageFailed(f"stage {name!r} failed (exit {rc}); rerun it alone with: {command}")

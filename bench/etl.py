@@ -26,7 +26,7 @@ from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR, PeakRSS, stage
 from ncf.bench.entry import Results
 from ncf.core.config import Config, flag, setting, write_config
-from ncf.workflows.etl import EtlOptions
+from ncf.workflows.etl import EtlConfig
 
 DEFAULT_INPUT = Path("data/synth/ml20m/ratings.csv")
 STAGES = ("read", "filter", "fit", "transform", "split", "negatives", "write")
@@ -49,7 +49,7 @@ class EtlBench(Config):
     workers: str = setting("1,2", help="comma-separated worker counts, one run each")
     engine: Literal["nvtabular", "pandas"] = setting("nvtabular", help="ETL engine")
     eval_negatives: int = setting(
-        EtlOptions.negatives, help="evaluation negatives per user (`ncf etl`'s default)"
+        EtlConfig.eval_negatives, help="evaluation negatives per user (`ncf etl`'s default)"
     )
     work: Path = setting(
         Path("work/bench-etl"),

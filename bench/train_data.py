@@ -19,10 +19,10 @@ import torch
 
 from ncf.core.config import DEFAULT_SEED
 from ncf.models.data import EtlData, load_etl
-from ncf.workflows.etl import EtlOptions
+from ncf.workflows.etl import EtlConfig
 
 # `ncf etl`'s evaluation negatives per user (a dataclass field default)
-EVAL_NEGATIVES = EtlOptions.negatives
+EVAL_NEGATIVES = EtlConfig.eval_negatives
 
 CACHE_DIR = Path("work/bench-train")
 _KEYS = ("train_users", "train_items", "test_users", "test_items", "eval_negatives")

@@ -7,19 +7,14 @@ written to ``RUN_DIR/configs/<stage>.json`` and run as ``ncf STAGE --config FILE
 and can be rerun alone with the command recorded in ``stages.json`` and the report. The run's own
 resolved config is ``RUN_DIR/config.json``: ``ncf run --config RUN_DIR/config.json`` runs it again
 (into a new run directory).
-
-A stage whose module does not expose ``CONFIG`` yet is still handed its flags (``handover``); the
-record then holds those flags, as before the configs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import importlib
 import json
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -29,8 +24,10 @@ from typing import Literal
 from ncf.cli.report import write_report
 from ncf.core import names
 from ncf.core.atomic import write_json
-from ncf.core.config import DEFAULT_SEED, Config, flag, resolve, setting, write_config
+from ncf.core.config import DEFAULT_SEED, Config, flag, setting, write_config
 from ncf.core.runner import Runner, StageFailed
+from ncf.models.evaluate import EvaluateConfig
+from ncf.models.train import TrainRunConfig
 from ncf.serving.export import ExportConfig
 from ncf.workflows.etl import EtlConfig
 
@@ -73,17 +70,6 @@ class RunConfig(Config):
             raise ValueError(f"--bench-seconds {self.bench_seconds}: must be > 0")
 
 
-# A stage is handed a Config (run by Runner) or, while its module has no CONFIG, its flags.
-Handover = Config | list[str]
-
-
-def handover(module: str, stage: str, argv: list[str]) -> Handover:
-    """``argv`` resolved into the config of ``ncf STAGE`` where ``module`` exposes ``CONFIG``
-    (checked here, before the stage starts), else ``argv`` itself."""
-    cls = getattr(importlib.import_module(module), "CONFIG", None)
-    return argv if cls is None else resolve(cls, argv, stage)
-
-
 def etl_stage(cfg: RunConfig, etl_dir: Path) -> EtlConfig:
     """``ncf etl``'s config of this run."""
     return EtlConfig(
@@ -96,17 +82,15 @@ def etl_stage(cfg: RunConfig, etl_dir: Path) -> EtlConfig:
     )
 
 
-def train_stage(cfg: RunConfig, etl_dir: Path, out: Path, preset: str) -> Handover:
-    """``ncf train``'s settings of this run (``preset``: small for NeuMF, mf-small for MF)."""
-    epochs = ["--epochs", str(cfg.epochs)] if cfg.epochs is not None else []
-    argv = ["--data", str(etl_dir), "--out", str(out), "--preset", preset, "--seed", str(cfg.seed)]
-    return handover("ncf.models.train", "train", [*argv, *epochs])
+def train_stage(cfg: RunConfig, etl_dir: Path, out: Path, preset: str) -> TrainRunConfig:
+    """``ncf train``'s config of this run (``preset``: small for NeuMF, mf-small for MF)."""
+    epochs = {"epochs": cfg.epochs} if cfg.epochs is not None else {}
+    return TrainRunConfig.from_preset(preset, data=etl_dir, out=out, seed=cfg.seed, **epochs)
 
 
-def evaluate_stage(etl_dir: Path, checkpoint: Path, out: Path) -> Handover:
-    """``ncf evaluate``'s settings: sampled and full-ranking figures of ``checkpoint``."""
-    argv = ["--data", str(etl_dir), "--checkpoint", str(checkpoint), "--full-ranking"]
-    return handover("ncf.models.evaluate", "evaluate", [*argv, "--out", str(out)])
+def evaluate_stage(etl_dir: Path, checkpoint: Path, out: Path) -> EvaluateConfig:
+    """``ncf evaluate``'s config: sampled and full-ranking figures of ``checkpoint``."""
+    return EvaluateConfig(data=etl_dir, checkpoint=checkpoint, full_ranking=True, out=out)
 
 
 def export_stage(cfg: RunConfig, etl_dir: Path, checkpoint: Path) -> ExportConfig:
@@ -114,19 +98,20 @@ def export_stage(cfg: RunConfig, etl_dir: Path, checkpoint: Path) -> ExportConfi
     return ExportConfig(checkpoint=checkpoint, data=etl_dir, repo=cfg.repo)
 
 
-def bench_stage(cfg: RunConfig, run_dir: Path) -> Handover:
-    """``ncf bench triton``'s settings: the served models over HTTP and gRPC, briefly."""
+def bench_stage(cfg: RunConfig, run_dir: Path) -> Config:
+    """``ncf bench triton``'s config: the served models over HTTP and gRPC, briefly."""
+    from ncf.bench.triton import TritonBench  # its client stack only where serving runs
+
     served = [names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND]
-    argv = ["--repo", str(cfg.repo), "--models", *served, "--protocols", "http", "grpc",
-            "--batch-sizes", "1", "1024", "--concurrency", "1", "4",
-            "--duration", str(cfg.bench_seconds), "--warmup", "0.5",
-            "--results-dir", str(run_dir / "bench")]  # fmt: skip
-    return handover("ncf.bench.triton", "bench triton", argv)
+    return TritonBench(
+        repo=cfg.repo, models=served, protocols=["http", "grpc"], batch_sizes=[1, 1024],
+        concurrency=[1, 4], duration=cfg.bench_seconds, warmup=0.5, results_dir=run_dir / "bench",
+    )  # fmt: skip
 
 
 def stages(cfg: RunConfig, etl_dir: Path, run_dir: Path) -> list[tuple[str, str, Callable]]:
-    """``(name, stage, build)`` of every stage of the run, in order; ``build()`` makes its
-    handover just before it runs (a stage's checks may read the outputs of the ones before)."""
+    """``(name, stage, build)`` of every stage of the run, in order; ``build()`` makes its config
+    just before it runs (a stage's checks may read the outputs of the ones before)."""
     ckpt, ckpt_mf = run_dir / "train" / "best.pt", run_dir / "train-mf" / "best.pt"
     steps = [
         ("etl", "etl", lambda: etl_stage(cfg, etl_dir)),
@@ -140,19 +125,6 @@ def stages(cfg: RunConfig, etl_dir: Path, run_dir: Path) -> list[tuple[str, str,
     if not cfg.skip_serving:
         steps.append(("serve+bench", "bench triton", lambda: bench_stage(cfg, run_dir)))
     return steps
-
-
-def run_flags(runner: Runner, name: str, stage: str, argv: list[str]) -> None:
-    """Run ``ncf STAGE ARGV`` (a stage without CONFIG yet), recorded as ``Runner.run`` records."""
-    words = [*stage.split(), *argv]
-    command = "ncf " + shlex.join(words)
-    print(f"\n=== {name}: {command}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    rc = subprocess.run([sys.executable, "-m", "ncf.cli", *words], check=False).returncode
-    seconds = round(time.perf_counter() - t0, 2)
-    runner.records.append({"stage": name, "command": command, "seconds": seconds, "rc": rc})
-    if rc != 0:
-        raise StageFailed(f"stage {name!r} failed (exit {rc}); rerun it alone with: {command}")
 
 
 def default_etl_dir(input_path: Path, holdout: str) -> Path:
@@ -176,11 +148,7 @@ def run(cfg: RunConfig) -> int:
     t0 = time.perf_counter()
     try:
         for name, stage, build in stages(cfg, cfg.etl_dir, run_dir):
-            given = build()
-            if isinstance(given, Config):
-                runner.run(name, stage, given)
-            else:
-                run_flags(runner, name, stage, given)
+            runner.run(name, stage, build())
     except StageFailed as exc:  # the stage printed its own error; keep the record of the run
         write_json(run_dir / "stages.json", runner.records)
         print(f"ncf run: {exc} (record: {run_dir / 'stages.json'})", file=sys.stderr)

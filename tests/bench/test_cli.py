@@ -23,6 +23,10 @@ def test_prepare_makes_every_missing_input(tmp_path: Path) -> None:
         ("train", "train"),
         ("export", "export"),
     ]
+    synth, etl, train, export = (cfg for _, _, cfg in steps)
+    assert synth.out == etl.input == tmp_path / "r.csv" and train.data == export.data == etl.out
+    assert (train.preset, train.hp.epochs, train.force) == ("small", 1, True)  # quick: brief
+    assert export.checkpoint == train.out / "best.pt"
 
 
 def test_a_config_step_is_handed_over_as_a_file(tmp_path: Path) -> None:
@@ -32,16 +36,9 @@ def test_a_config_step_is_handed_over_as_a_file(tmp_path: Path) -> None:
     (tmp_path / "res").mkdir()
     runner = Runner(tmp_path / "configs")
     cfg = ReadmeBench(readme=readme, results_dir=tmp_path / "res")
-    bench_cli.run_step(runner, "bench-readme", "bench readme", cfg)
+    runner.run("bench-readme", "bench readme", cfg)
     (record,) = runner.records
     assert record["rc"] == 0 and record["command"].startswith("ncf bench readme --config ")
     doc = json.loads((tmp_path / "configs" / "bench-readme.json").read_text())
     assert doc["format"] == FORMAT and doc["stage"] == "bench readme"
     assert doc["config"] == cfg.to_dict()
-
-
-def test_a_flags_step_runs_the_stage_with_its_flags(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "configs")
-    out = tmp_path / "r.csv"
-    bench_cli.run_step(runner, "synth", "synth", ["--scale", "0.0005", "--out", str(out)])
-    assert runner.records[0]["rc"] == 0 and out.is_file()

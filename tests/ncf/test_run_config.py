@@ -11,6 +11,8 @@ from ncf.cli import main, pipeline
 from ncf.cli.pipeline import RunConfig, etl_stage, export_stage, stages
 from ncf.core.config import Config, read_config, resolve
 from ncf.core.names import CONFIG_FILE
+from ncf.models.evaluate import EvaluateConfig
+from ncf.models.train import TrainRunConfig
 from ncf.serving.export import ExportConfig
 from ncf.workflows.etl import EtlConfig
 
@@ -32,14 +34,18 @@ def test_stages_in_order_and_skip_serving(tmp_path):
     assert [n for n, _, _ in quick][-1] == "export"
 
 
-def test_train_and_evaluate_get_their_flags_or_their_config(tmp_path):
+def test_train_and_evaluate_get_their_configs(tmp_path):
     cfg = RunConfig(epochs=2, seed=5)
-    given = pipeline.train_stage(cfg, tmp_path / "etl", tmp_path / "train", "mf-small")
-    if isinstance(given, Config):  # models.train exposes CONFIG: handed over as a config
-        assert given.to_dict()["data"] == str(tmp_path / "etl")
-    else:
-        assert given[given.index("--preset") + 1] == "mf-small" and "--epochs" in given
-        assert given[given.index("--seed") + 1] == "5"
+    mf = pipeline.train_stage(cfg, tmp_path / "etl", tmp_path / "train", "mf-small")
+    assert isinstance(mf, TrainRunConfig) and (mf.preset, mf.data) == ("mf-small", tmp_path / "etl")
+    assert (mf.hp.model, mf.hp.epochs, mf.hp.seed) == ("mf", 2, 5)
+    assert mf.hp.lr == TrainRunConfig.from_preset("mf-small").hp.lr  # the preset's, not DLE's
+    default = pipeline.train_stage(RunConfig(), tmp_path / "etl", tmp_path / "t", "small")
+    assert default.hp.epochs == TrainRunConfig.from_preset("small").hp.epochs
+    ev = pipeline.evaluate_stage(tmp_path / "etl", tmp_path / "best.pt", tmp_path / "e.json")
+    assert isinstance(ev, EvaluateConfig) and ev.full_ranking and ev.out == tmp_path / "e.json"
+    bench = pipeline.bench_stage(RunConfig(bench_seconds=0.3), tmp_path / "run")
+    assert bench.duration == 0.3 and bench.results_dir == tmp_path / "run" / "bench"
 
 
 def test_bad_run_settings_are_one_line(capsys):
@@ -60,9 +66,6 @@ def test_run_writes_its_resolved_config_and_reruns_from_it(tmp_path, monkeypatch
         self.records.append({"stage": name, "command": f"ncf {stage} --config x", "seconds": 0})
 
     monkeypatch.setattr(pipeline.Runner, "run", fake_run)
-    monkeypatch.setattr(
-        pipeline, "run_flags", lambda r, name, stage, argv: handed.append((name, argv))
-    )
     monkeypatch.setattr(pipeline, "write_report", lambda *a, **k: {})
     argv = ["--input", str(ratings), "--runs", str(tmp_path / "runs"), "--skip-serving",
             "--eval-negatives", "7"]  # fmt: skip
@@ -105,10 +108,3 @@ def test_config_file_of_another_stage_is_refused(tmp_path, capsys):
     assert main(["run", "--config", str(path)]) == 2
     assert "is the config of `ncf etl`" in capsys.readouterr().err
     assert json.loads(Path(path).read_text())["stage"] == "etl"
-
-
-def test_handover_is_the_config_where_the_module_has_one(tmp_path):
-    argv = ["--input", "r.csv", "--out", str(tmp_path), "--engine", "pandas", "--seed", "4"]
-    cfg = pipeline.handover("ncf.workflows.cli", "etl", argv)
-    assert isinstance(cfg, EtlConfig) and (cfg.seed, cfg.out) == (4, tmp_path)
-    assert pipeline.handover("ncf.cli.report", "report", ["--x"]) == ["--x"]  # no CONFIG: flags
