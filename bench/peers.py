@@ -78,8 +78,6 @@ class PeersBench(Config):
     results_dir: Path = setting(RESULTS_DIR, help="where the results go")
 
     def check(self) -> None:
-        if self.etl is None:
-            raise ValueError("--etl: required; an `ncf etl --holdout valid,test` output folder")
         if self.epochs < 1:
             raise ValueError(f"--epochs {self.epochs}: must be >= 1")
         if not self.models:
@@ -187,6 +185,8 @@ def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run(cfg: PeersBench) -> Results:
+    if cfg.etl is None:  # here, not in check(): every bench config resolves without flags
+        raise ValueError("--etl: required; an `ncf etl --holdout valid,test` output folder")
     python = peers_python(cfg.venv)
     etl = cfg.etl
     name = cfg.name or f"peers-{etl.resolve().name}"

@@ -100,9 +100,9 @@ def test_missing_venv_is_one_line(etl: Path, tmp_path: Path) -> None:
     assert len(lines) == 1 and "run `make peers` first" in lines[0], proc.stderr
 
 
-def test_etl_flag_required() -> None:
+def test_etl_flag_required(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--etl: required"):
-        peers.PeersBench().check()
+        peers.run(peers.PeersBench(venv=tmp_path))
 
 
 @pytest.mark.skipif(not PEERS_PYTHON.is_file(), reason="no .venv-peers (`make peers`)")
