@@ -41,7 +41,7 @@ from ncf.models.data import load_etl
 from ncf.models.metrics import hit_ndcg
 
 RUNNER = Path(__file__).resolve().parent / "peers_recbole.py"
-PEERS_VENV = Path(".venv-peers")
+PEERS_VENV = Path(__file__).resolve().parents[1] / ".venv-peers"  # where `make peers` puts it
 MODELS = ("NeuMF", "BPR")
 HEADER = f"{names.USER}:token\t{names.ITEM}:token\n"  # RecBole's atomic-file header
 COLUMNS = (
