@@ -12,7 +12,7 @@ The job (JSON)::
      "candidates": FILE | null,   # .npz: {split}_users [U], {split}_items [U, 1+N] (tokens)
      "checkpoint_dir": DIR, "out": RESULT.json}
 
-The result: ``curve`` (one entry per epoch: train loss, seconds, validation metrics of RecBole's
+The result: ``curve`` (one entry per epoch: mean batch loss, training seconds, validation metrics of RecBole's
 own protocol), ``best_epoch`` (best validation NDCG@10), ``test`` (scored once, best epoch's
 model), ``train_samples_per_epoch``, ``seconds``; with ``candidates``, ``scores_file``: an .npz
 of the best model's scores ``{split}_scores [U, 1+N]`` (column 0 the held-out item) for the
@@ -99,7 +99,7 @@ class RecordingTrainer(Trainer):
     def _train_epoch(self, train_data, epoch_idx, loss_func=None, show_progress=False):
         t0 = time.perf_counter()
         loss = super()._train_epoch(train_data, epoch_idx, loss_func, show_progress)
-        total = float(sum(loss) if isinstance(loss, tuple) else loss)
+        total = float(sum(loss) if isinstance(loss, tuple) else loss)  # summed over batches
         self.curve.append(
             {"epoch": epoch_idx + 1, "train_loss": total / len(train_data),
              "train_seconds": time.perf_counter() - t0}
