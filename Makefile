@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test bench lint venv venv-ngc test-ngc clean
+.PHONY: run test bench lint venv venv-ngc test-ngc peers peers-smoke clean
 
 # (Re)install when pyproject.toml or the pins change. pip 23.2.1: newer pips refuse merlin-dataloader, whose
 # metadata declares direct-URL dependencies (docs/FACTS.md).
@@ -68,6 +68,35 @@ test-ngc: venv-ngc
 	$(NGC_BIN)/python -m pytest -q
 	rm -rf $(NGC_RUN)
 	$(NGC_BIN)/ncf run --runs $(NGC_RUN)/runs --etl-dir $(NGC_RUN)/etl --repo $(NGC_RUN)/triton_repo
+
+# The peers' venv: RecBole 1.2.1 for `ncf bench peers` (docs/PEERS.md), Python 3.11 and its own
+# torch, pinned in requirements/peers.txt (its header says why). Not part of `make venv`/`make test`.
+PEERS_VENV := .venv-peers
+PEERS_BIN := $(PEERS_VENV)/bin
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+PEERS_ETL := work/peers-smoke/etl
+# pyenv's newest 3.11 if pyenv is there, else python3.11 on PATH.
+PYTHON311 ?= $(shell p=$$(pyenv prefix 3.11 2>/dev/null) && test -x "$$p/bin/python" \
+	&& echo "$$p/bin/python" || command -v python3.11)
+
+$(PEERS_STAMP): requirements/peers.txt
+	@test -n "$(PYTHON311)" || { echo "make peers needs Python 3.11 (pyenv install 3.11," \
+		"or python3.11 on PATH, or PYTHON311=/path/to/python3.11)" >&2; exit 1; }
+	test -x $(PEERS_BIN)/python || $(PYTHON311) -m venv $(PEERS_VENV)
+	$(PEERS_BIN)/python -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
+	$(PEERS_BIN)/python -m pip install -q "pip==23.2.1"
+	$(PEERS_BIN)/python -m pip install -q -r requirements/peers.txt
+	TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 $(PEERS_BIN)/python -c 'import recbole.quick_start'
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
+# One epoch of RecBole's NeuMF, one seed, on our split of the bundled ml-latest-small (CI's check
+# that the harness runs; its figures go to work/, never to bench/results).
+peers-smoke: peers venv
+	$(BIN)/ncf etl --input data/ml-latest-small/ratings.csv --out $(PEERS_ETL) --engine pandas
+	$(BIN)/ncf bench peers --etl $(PEERS_ETL) --models NeuMF --epochs 1 \
+		--work work/peers-smoke --results-dir work/peers-smoke/results
 
 clean:
 	rm -rf runs work .pytest_cache

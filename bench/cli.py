@@ -37,7 +37,8 @@ BENCHES: dict[str, tuple[str, str]] = {
         "ncf.bench.recommend",
         "top-k over the whole catalogue: exact fp32/bf16, two-stage",
     ),
-    # a diagnostic, not part of `ncf bench all`
+    # not part of `ncf bench all`: RecBole in its own venv (`make peers`), and a diagnostic
+    "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "profile": ("ncf.bench.profile_step", "torch.profiler table of one training step's operators"),
     "readme": ("ncf.bench.readme", "rewrite the README results section from bench/results"),
 }
