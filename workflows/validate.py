@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -121,13 +122,23 @@ def diagnose(
     of a line with the wrong number of fields; this pass finds both. Its text kernels need UTF-8,
     so the lines before the first line that is not UTF-8 are diagnosed, then that line.
     """
+    spec = _Text(read, parse, columns, header_lines, layout)
     not_utf8 = _first_non_utf8_line(path)
     if not_utf8 is None:
-        return _diagnose_text(path, read, parse, columns, header_lines, layout)
+        return _diagnose_text(path, spec)
     number, line = not_utf8
-    before = pa.BufferReader(_first_lines(path, number - 1))
-    earlier = _diagnose_text(before, read, parse, columns, header_lines, layout)
+    earlier = _diagnose_text(pa.BufferReader(_first_lines(path, number - 1)), spec)
     return earlier or f"line {number}: bytes that are not UTF-8 ({line[:80]!r}); expected {layout}"
+
+
+class _Text(NamedTuple):
+    """How the diagnostic pass reads the text (``diagnose``'s parameters)."""
+
+    read: pacsv.ReadOptions
+    parse: pacsv.ParseOptions
+    columns: list[str]
+    header_lines: int
+    layout: str
 
 
 def _first_lines(path: Path, n: int, block: int = 16 << 20) -> bytes:
@@ -145,14 +156,7 @@ def _first_lines(path: Path, n: int, block: int = 16 << 20) -> bytes:
     return b"".join(out)
 
 
-def _diagnose_text(
-    source: Path | pa.BufferReader,
-    read: pacsv.ReadOptions,
-    parse: pacsv.ParseOptions,
-    columns: list[str],
-    header_lines: int,
-    layout: str,
-) -> str | None:
+def _diagnose_text(source: Path | pa.BufferReader, spec: _Text) -> str | None:
     """``diagnose`` of UTF-8 text (a path or a buffer)."""
     first_bad_row: list[pa.csv.InvalidRow] = []
 
@@ -162,11 +166,12 @@ def _diagnose_text(
         return "skip"
 
     read = pacsv.ReadOptions(
-        column_names=read.column_names, block_size=read.block_size, use_threads=False
+        column_names=spec.read.column_names, block_size=spec.read.block_size, use_threads=False
     )
     parse = pacsv.ParseOptions(
-        delimiter=parse.delimiter, ignore_empty_lines=False, invalid_row_handler=on_invalid
+        delimiter=spec.parse.delimiter, ignore_empty_lines=False, invalid_row_handler=on_invalid
     )
+    columns, header_lines, layout = spec.columns, spec.header_lines, spec.layout
     convert = pacsv.ConvertOptions(
         column_types={c: pa.string() for c in columns}, include_columns=columns, check_utf8=False
     )
