@@ -4,6 +4,7 @@ theirs."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,8 +25,12 @@ def _pip(*args: str, cwd: Path = ROOT) -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
+    src = tmp_path_factory.mktemp("src") / "ncf-merlin"
+    skip = (".git", ".venv*", "build", "*.egg-info", "work", "runs", "data", "triton_repo", "tests")
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*skip), symlinks=True)
     out = tmp_path_factory.mktemp("wheel")
-    _pip("wheel", "--no-deps", "-w", str(out), str(ROOT))
+    _pip("wheel", "--no-deps", "-w", str(out), str(src), cwd=src)
     (path,) = out.glob("ncf_merlin-*.whl")
     return path
 
