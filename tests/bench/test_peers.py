@@ -16,7 +16,7 @@ import pytest
 
 from ncf.bench import peers
 from ncf.core import names
-from ncf.workflows.etl import EtlOptions, run_etl
+from ncf.workflows.etl import EtlConfig, run_etl
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
@@ -35,7 +35,7 @@ def etl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     csv = tmp / "ratings.csv"
     pd.DataFrame(rows, columns=list(names.RAW_COLUMNS)).to_csv(csv, index=False)
     out = tmp / "etl"
-    run_etl(EtlOptions(csv, out, NEGATIVES, 5, engine="pandas", holdout="valid,test"))
+    run_etl(EtlConfig(csv, out, NEGATIVES, 5, engine="pandas", holdout="valid,test"))
     return out
 
 
