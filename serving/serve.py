@@ -2,8 +2,14 @@
 
 Binds 127.0.0.1 unless ``--host`` says otherwise, loads the models this machine can run (the
 python-backend models that ``ncf export`` filled; the CPU server here has no libtorch/ONNX Runtime
-backend), waits until they are ready, prints the endpoints, and on SIGINT or SIGTERM stops the
-server and its python stubs (one process group; nothing is left behind).
+backend), waits until they are ready, prints the endpoints as one JSON line, and on SIGINT or
+SIGTERM stops the server and its python stubs (one process group; nothing is left behind).
+
+While it runs, ``ncf.serving.supervisor.Supervisor`` keeps the server up: a server that dies (one
+malformed request can abort tritonserver) is restarted on the same ports, each restart logged with
+the exit cause, and the JSON status line is printed again once it is ready. While it is down its
+``/v2/health/ready`` does not answer (readiness false). When the restart policy gives up (more
+than 5 deaths in 10 minutes) ``ncf serve`` exits 1.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from types import FrameType
 from ncf.core import names
 from ncf.core.config import Config, flag_name, setting
 from ncf.serving.server import LOOPBACK, TritonServer
+from ncf.serving.supervisor import Supervisor
 
 
 @dataclasses.dataclass
@@ -88,10 +95,8 @@ def run(cfg: ServeConfig) -> int:
             print(f"ncf serve: warning: binding {cfg.host}, not loopback", file=sys.stderr)
         server.start(timeout=cfg.timeout)
         _report(server)
-        while not stop.wait(0.5):
-            if not server.running():
-                print(f"ncf serve: tritonserver exited:\n{server.log_tail()}", file=sys.stderr)
-                return 1
+        if not _supervise(Supervisor(server, wait=stop.wait), stop):
+            return 1
         print("ncf serve: stopping", file=sys.stderr, flush=True)
         return 0
     finally:
@@ -102,6 +107,18 @@ def run(cfg: ServeConfig) -> int:
             print(
                 f"ncf serve: tritonserver exit code {code}; log {server.log_path}", file=sys.stderr
             )
+
+
+def _supervise(supervisor: Supervisor, stop: threading.Event) -> bool:
+    """Keep the server up until ``stop`` is set (True) or the restart policy gives up (False)."""
+    pid = supervisor.server.pid
+    while not stop.wait(0.5):
+        if not supervisor.check():
+            return stop.is_set()  # a stop asked during the back-off is a clean stop
+        if supervisor.server.pid != pid:  # restarted: report the (unchanged) endpoints again
+            pid = supervisor.server.pid
+            _report(supervisor.server)
+    return True
 
 
 def _report(server: TritonServer) -> None:

@@ -116,9 +116,19 @@ class Supervisor:
     restarts: list[float] = field(default_factory=list)  # clock() of each restart in the window
 
     def check(self) -> bool:
-        """Restart the server if it died; False once the policy gives up (or a stop was asked)."""
-        if self.server.running():
-            return True
+        """Restart the server if it died; False once the policy gives up (or a stop was asked).
+
+        A restart that fails (the new server exits or is not ready in time) counts as one more
+        death: it is stopped and restarted again, within the same policy.
+        """
+        while not self.server.running():
+            restarted = self._restart()
+            if restarted is not None:
+                return restarted
+        return True
+
+    def _restart(self) -> bool | None:
+        """One restart of a dead server: True when up, False to give up, None when it failed."""
         cause = exit_cause(self.server.returncode, self.server.log_tail())
         self.server.reap()  # its stubs hold the shared memory until they are gone
         removed = remove_stale_shm()
@@ -136,6 +146,11 @@ class Supervisor:
         if self.wait(delay):
             return False
         self.restarts.append(self.clock())
-        self.server.restart()
+        try:
+            self.server.restart()
+        except RuntimeError as exc:  # the new server died or hung while loading
+            self.log(f"restart failed: {str(exc).splitlines()[0]}")
+            self.server.reap()
+            return None
         self.log(f"tritonserver ready again (pid {self.server.pid})")
         return True

@@ -1,4 +1,5 @@
-"""Shared by the python-backend models: read the export manifest, verify an artifact's sha256.
+"""Shared by the python-backend models: read the export manifest, verify an artifact's sha256,
+and make the error of a request that fails for what the client sent.
 
 The one source of this code: ``ncf export`` copies it into each python model's version folder
 (beside ``model.py``, which imports it as ``artifact_check``; the python backend puts that folder
@@ -10,6 +11,14 @@ import json
 import os
 
 import triton_python_backend_utils as pb_utils
+
+
+def client_error(message):
+    """The error of a request that is wrong for what the client sent (an id, ``k`` or batch
+    outside the range ``message`` names): ``INVALID_ARG``, which Triton answers with HTTP 400 and
+    gRPC ``INVALID_ARGUMENT``. A plain ``TritonError`` is ``INTERNAL``, HTTP 500: a server fault.
+    """
+    return pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
 
 
 def manifest_field(version_dir, manifest_name, key):

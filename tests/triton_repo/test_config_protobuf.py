@@ -108,6 +108,11 @@ def pb_utils_misuse(source: str, api: dict[str, set[str]]) -> list[str]:
         if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) in aliases:
             if node.attr not in api:
                 problems.append((node.lineno, f"pb_utils.{node.attr}"))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            inner = node.value  # pb_utils.Class.attribute: the dotted name must be listed
+            dotted = f"{inner.attr}.{node.attr}"
+            if getattr(inner.value, "id", None) in aliases and dotted not in api:
+                problems.append((node.lineno, f"pb_utils.{dotted}"))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             func = node.func
             if getattr(func.value, "id", None) in aliases and func.attr in api:
@@ -130,11 +135,14 @@ def test_the_api_check_catches_names_and_keywords_outside_the_list():
         "pbu.InferenceRequest(model_name='m', inputs=[], newer_option=1)\n"
         "pbu.InferenceResponse(output_tensors=[])\n"
         "pbu.newer_helper()\n"
+        "pbu.TritonError('bad', pbu.TritonError.INVALID_ARG)\n"
+        "pbu.TritonError('bad', pbu.TritonError.NEWER_CODE)\n"
     )
     assert pb_utils_misuse(source, pb_utils_api()) == [
         "line 2: from-import of Tensor",
         "line 3: InferenceRequest(newer_option=...)",
         "line 5: pb_utils.newer_helper",
+        "line 7: pb_utils.TritonError.NEWER_CODE",
     ]
 
 
@@ -161,7 +169,9 @@ def test_the_documented_api_exists_in_the_release_python_backend():
     assert {"get_input_tensor_by_name", "triton_string_to_numpy"} <= py_names  # parsed right
     # pybind11 keeps the names it registers (classes, attributes, keywords) as C strings
     for name, keywords in pb_utils_api().items():
-        assert name in py_names or name.encode() + b"\0" in stub, f"{name} not in Triton {server}"
+        cls, _, attr = name.partition(".")  # Class.attribute: pybind11 registers both names
+        for part in filter(None, (cls, attr)):
+            assert part in py_names or part.encode() + b"\0" in stub, f"{name} not in {server}"
         for kw in keywords:
             assert kw.encode() + b"\0" in stub, f"{name}({kw}=...) not in Triton {server}"
     assert b"no_such_pb_utils_name\0" not in stub

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import manifest_ids, verified_artifact
+from artifact_check import client_error, manifest_ids, verified_artifact
 
 
 class TritonPythonModel:
@@ -65,7 +65,7 @@ class TritonPythonModel:
             items = pb_utils.get_input_tensor_by_name(request, self.item_in).as_numpy()
             error = self._check(users, items)
             if error:
-                responses[n] = pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
+                responses[n] = pb_utils.InferenceResponse(error=client_error(error))
             else:
                 batch.append((n, users, items))
         if batch:

@@ -13,7 +13,7 @@ import os
 
 import torch
 import triton_python_backend_utils as pb_utils
-from artifact_check import manifest_field, verified_artifact
+from artifact_check import client_error, manifest_field, verified_artifact
 
 # CPU flags (/proc/cpuinfo) whose bf16 matrix products beat fp32 (AVX512-BF16 ~2x, AMX more).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -95,7 +95,7 @@ class TritonPythonModel:
             items = None if items is None else items.as_numpy()
             error = self._check(users, items)
             if error:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)))
+                responses.append(pb_utils.InferenceResponse(error=client_error(error)))
                 continue
             scores, ids = self._run(users, items)
             outputs = [pb_utils.Tensor(self.scores_out, scores), pb_utils.Tensor(self.id_out, ids)]

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import manifest_field, verified_artifact
+from artifact_check import client_error, manifest_field, verified_artifact
 from retrieval import build_index, candidate_count, rerank, search, top_k
 
 
@@ -212,7 +212,7 @@ class TritonPythonModel:
         responses, start = [], 0
         for rows in parsed:
             if isinstance(rows, str):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(rows)))
+                responses.append(pb_utils.InferenceResponse(error=client_error(rows)))
                 continue
             response, start = self._respond(rows, *scored, start)
             responses.append(response)

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import verified_artifact
+from artifact_check import client_error, verified_artifact
 
 
 class Vocabulary:
@@ -59,7 +59,7 @@ class TritonPythonModel:
             raw_users = pb_utils.get_input_tensor_by_name(request, self.raw_user_in).as_numpy()
             raw_items = pb_utils.get_input_tensor_by_name(request, self.raw_item_in).as_numpy()
             if raw_users.shape[0] == 0:
-                error = pb_utils.TritonError(
+                error = client_error(
                     f"empty batch: {self.raw_user_in} and {self.raw_item_in} need at least one row"
                 )
                 responses.append(pb_utils.InferenceResponse(error=error))
