@@ -163,13 +163,15 @@ def check_file_replaceable(
     path: str | os.PathLike,
     owner: str,
     force: bool,
-    record: str | os.PathLike,
+    record: str | os.PathLike | None,
     inputs: tuple[str | os.PathLike, ...] = (),
+    recognise: Callable[[Path], bool] | None = None,
 ) -> None:
     """Raise unless the file output ``path`` may be written by ``ncf OWNER``.
 
     An absent ``path`` may; an existing file only with ``force`` and only when ``record`` (the
-    config file the command writes beside its output) names ``owner``; a folder or an input never.
+    config file the command writes beside its output) names ``owner``, or, for a command that
+    records its config inside the output, ``recognise(path)``; a folder or an input never.
 
     Raises
     ------
@@ -188,14 +190,17 @@ def check_file_replaceable(
         raise FileExistsError(
             f"{path} is {_describe(path)}, not a file `ncf {owner}` wrote: choose another --out, or move that folder away"
         )
-    if written_by(record) == owner:
+    mine = (
+        written_by(record) == owner if record is not None else bool(recognise and recognise(path))
+    )
+    if mine:
         if force:
             return
         raise FileExistsError(f"{path} already exists; pass --force to replace it")
+    how = f" (no {Path(record).name} of `ncf {owner}` beside it)" if record is not None else ""
     raise FileExistsError(
-        f"{path} is a file not written by `ncf {owner}` (no {Path(record).name} of `ncf {owner}` "
-        f"beside it): `ncf {owner}` replaces only its own output (with --force); choose another "
-        "--out, or move that file away"
+        f"{path} is a file not written by `ncf {owner}`{how}: `ncf {owner}` replaces only its own "
+        "output (with --force); choose another --out, or move that file away"
     )
 
 
