@@ -146,6 +146,20 @@ def load(
     return state
 
 
+def resumable(path: str | Path) -> str | None:
+    """Why ``path`` (a ``last.pt``) cannot be resumed from (missing, corrupt, truncated, no
+    optimizer or RNG state), or None when it can."""
+    path = Path(path)
+    if not path.exists():
+        return "missing"
+    try:
+        state = load(path)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    lacks = [k for k in ("optimizer", "rng") if k not in state]
+    return f"{path}: holds no {' or '.join(lacks)} state" if lacks else None
+
+
 def model_kind(state: dict[str, Any]) -> str:
     """The model kind a checkpoint records (``train_config["model"]``; NeuMF before MF existed)."""
     return str(state.get("train_config", {}).get("model", DEFAULT_KIND))

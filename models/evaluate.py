@@ -9,6 +9,7 @@ rank gets the same figures.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ncf.core.atomic import write_json
+from ncf.core.atomic import check_file_replaceable, write_json
 from ncf.core.config import Config, flag, setting
 from ncf.models import checkpoint
 from ncf.models.data import EtlData, load_etl
@@ -206,6 +207,7 @@ class EvaluateConfig(Config):
         "in training (HR@K = Recall@K, NDCG@K, MRR), for the model and ItemPop",
     )
     threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
+    force: bool = flag(False, help="replace an --out file that `ncf evaluate` wrote before")
 
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value."""
@@ -293,8 +295,24 @@ def report_of(cfg: EvaluateConfig, env: DistEnv) -> tuple[dict, EtlData]:
     return report, data
 
 
+def is_report(path: Path) -> bool:
+    """True if ``path`` is a JSON result of ``ncf evaluate --out`` (its config under "config")."""
+    doc = load_json_or_none(path)
+    config = doc.get("config") if isinstance(doc, dict) else None
+    return isinstance(config, dict) and {"data", "checkpoint", "topk"} <= set(config)
+
+
+def load_json_or_none(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def run(cfg: EvaluateConfig) -> int:
     """Score ``cfg.checkpoint``; print the table (rank 0) and write ``cfg.out`` if set; 0."""
+    if cfg.out:  # before the scoring: a result that cannot be written is refused at once
+        check_file_replaceable(cfg.out, "evaluate", cfg.force, None, recognise=is_report)
     with process_group(cfg.device) as env:
         threads = cfg.threads or default_threads(env.local_world_size)
         configure(env.device, threads, deterministic=False)

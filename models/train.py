@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from ncf.core.atomic import clean_stale
+from ncf.core.atomic import check_replaceable, clean_stale, written_by
 from ncf.core.config import Config, flag, main_error, merge, resolve, setting, write_config
 from ncf.models import checkpoint
 from ncf.models.data import load_etl
@@ -56,8 +56,15 @@ class TrainRunConfig(Config):
     deterministic: bool = flag(
         False, help="bitwise-reproducible run (resume gives identical results)"
     )
-    resume: bool = flag(False, help="continue RUN from RUN/last.pt (start fresh if there is none)")
-    force: bool = flag(False, help="overwrite an existing run in --out")
+    resume: bool = flag(
+        False,
+        help="continue RUN from RUN/last.pt (from epoch 0 only while RUN holds no checkpoint; "
+        "refused when best.pt exists but last.pt is missing or corrupt)",
+    )
+    force: bool = flag(
+        False,
+        help="start over in RUN, replacing its run outputs (never a folder not from ncf train)",
+    )
     threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
     sampling_backend: Literal["auto", "bitmap", "sorted"] = setting(
         "auto", help="membership check of exact negatives (auto: bitmap when <= 1 GiB)"
@@ -102,16 +109,41 @@ class TrainRunConfig(Config):
 CONFIG = TrainRunConfig
 
 
+def is_run_dir(out: Path) -> bool:
+    """True if ``out`` is a run folder of ``ncf train``: it holds ``checkpoints.json`` or a
+    ``config.json`` of stage train (written first, before any checkpoint)."""
+    return (out / checkpoint.MANIFEST).is_file() or written_by(out / CONFIG_FILE) == "train"
+
+
+def _facts(out: Path, resume: bool) -> list[bool]:
+    """This rank's view of ``out``: [foreign (not absent, empty or a run folder), holds outputs,
+    holds a checkpoint, holds a last.pt to resume from (looked at only for ``resume``)]."""
+    empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+    foreign = out.exists() and not empty and not (out.is_dir() and is_run_dir(out))
+    existing = not foreign and any((out / name).exists() for name in OUTPUTS)
+    finished = not foreign and any(
+        (out / name).exists() for name in (checkpoint.BEST, checkpoint.LAST)
+    )
+    last_ok = resume and finished and checkpoint.resumable(out / checkpoint.LAST) is None
+    return [foreign, existing, finished, last_ok]
+
+
 def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
     """Check ``out`` (all ranks), clear it if starting over (rank 0); True if resuming from last.pt.
 
-    The ranks decide together: on several nodes ``out`` may be one shared directory or one per
-    node, and every rank must take the same branch (or the collectives that follow would hang).
+    ``--force`` clears only a run folder's own outputs (``OUTPUTS``); a folder ``ncf train`` did
+    not write is refused either way. ``--resume`` never discards a finished epoch: a run with a
+    checkpoint but no usable ``last.pt`` is refused (``best.pt`` holds no optimizer or RNG state
+    to continue from). The ranks decide together: on several nodes ``out`` may be one shared
+    directory or one per node, and every rank must take the same branch (or the collectives that
+    follow would hang).
     """
-    existing = [name for name in OUTPUTS if (out / name).exists()]
-    have_run, have_last = ranks_with([bool(existing), (out / checkpoint.LAST).exists()], env)
+    foreign, have_run, finished, have_last = ranks_with(_facts(out, resume), env)
+    if foreign:
+        check_replaceable(out, "train", recognise=is_run_dir)  # raises, naming what is there
+        raise FileExistsError(f"{out} is not a run folder of `ncf train` on another node")
     if have_run and not (resume or force):
-        found = ", ".join(existing) if existing else "on another node"
+        found = ", ".join(n for n in OUTPUTS if (out / n).exists()) or "on another node"
         raise FileExistsError(
             f"{out} already holds a run ({found}); pass --resume to continue it or --force to "
             "start over"
@@ -121,6 +153,8 @@ def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
             f"--resume: {out / checkpoint.LAST} is seen by {have_last} of {env.world_size} ranks; "
             "on several nodes --out must be a directory every node shares (e.g. NFS) to resume"
         )
+    if resume and not force and finished and not have_last:
+        raise ValueError(_no_last_message(out))
     resuming = resume and have_last == env.world_size
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -134,6 +168,24 @@ def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
             )
     barrier(env)
     return resuming
+
+
+def _no_last_message(out: Path) -> str:
+    """Why ``--resume`` refuses a run with a checkpoint but no usable last.pt, and what to do."""
+    last, best = out / checkpoint.LAST, out / checkpoint.BEST
+    why = checkpoint.resumable(last) or "missing"
+    why = f"{last} is missing" if why == "missing" else why.split("; ")[0]
+    if best.exists():
+        try:
+            epoch = checkpoint.read_manifest(out).get(checkpoint.BEST, {}).get("epoch")
+        except ValueError:  # an unreadable manifest: the epoch is not needed for the message
+            epoch = None
+        held = f" (epoch {epoch})" if epoch is not None else ""
+        why += f", and {best}{held} holds no optimizer or RNG state to continue from"
+    return (
+        f"--resume: {why}; nothing was changed: pass --force to start over (replaces best.pt "
+        "and the logs), or train into a new --out"
+    )
 
 
 def run_options(cfg: TrainRunConfig, env: DistEnv) -> RunOptions:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ncf.core import names
-from ncf.core.atomic import write_figure
+from ncf.core.atomic import check_replaceable, write_figure, written_by
 from ncf.core.config import Config, flag, flag_name, setting, write_config
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, process_group
@@ -154,6 +154,18 @@ def run_trial(trial: Any, search: Search) -> float:
         if trial.should_prune():
             raise optuna.TrialPruned()
     return best
+
+
+def is_tune_dir(out: Path) -> bool:
+    """True if ``out`` is a search directory of ``ncf tune`` (its lock, study or config)."""
+    own = (out / LOCK_FILE).exists() or (out / STUDY_FILE).is_file()
+    return own or written_by(out / CONFIG_FILE) == "tune"
+
+
+def check_out(out: Path) -> None:
+    """Raise unless ``out`` is absent, empty or a search of ``ncf tune`` (resumed in place): a
+    search writes config.json, best.json and trials.png into OUT, never over another's files."""
+    check_replaceable(out, "tune", recognise=is_tune_dir)
 
 
 @contextlib.contextmanager
@@ -392,6 +404,7 @@ def run(cfg: TuneConfig) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one progress line per trial instead
     cfg = cfg.resolved()
+    check_out(cfg.out)
     with process_group(cfg.device) as env, exclusive(cfg.out):
         if env.distributed:
             raise ValueError("ncf tune runs as one process; start it without torchrun")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ncf.core import atomic, names
-from ncf.core.config import Config, setting, write_config
+from ncf.core.config import Config, flag, setting, write_config
 from ncf.sources.synth import config_path
 
 # ratings.csv column -> the atomic field it comes from, by the names RecBole's MovieLens files use.
@@ -87,6 +87,7 @@ class ConvertConfig(Config):
     out: Path | None = setting(
         None, help="ratings.csv to write, or a directory to hold ratings.csv (required)"
     )
+    force: bool = flag(False, help="replace an output file that `ncf convert` wrote before")
 
     def check(self) -> None:
         """Raise ValueError naming a missing setting."""
@@ -102,6 +103,7 @@ CONFIG = ConvertConfig
 def run(cfg: ConvertConfig) -> int:
     """Convert; record the resolved config beside the output (``ratings.config.json``)."""
     out = cfg.out / "ratings.csv" if cfg.out.is_dir() else cfg.out
+    atomic.check_file_replaceable(out, "convert", cfg.force, config_path(out), (cfg.input,))
     rows = convert(cfg.input, out)
     write_config(config_path(out), cfg, "convert")
     print(f"ncf convert: {rows:,} ratings -> {out}")

@@ -169,6 +169,9 @@ def extract(
 ) -> Path:
     """Test the zip's CRCs and extract ``<name>/`` into ``out_dir/<name>`` atomically.
 
+    An existing ``out_dir/<name>`` is replaced only if ``ncf download`` extracted it (its marker,
+    or, from before markers, nothing in it but the zip's members) or it is empty.
+
     Returns
     -------
     Path
@@ -193,7 +196,14 @@ def extract(
             raise ValueError(
                 f"{archive}: member {bad!r} fails its CRC check; delete it and download again"
             )
-        with atomic_dir(target, overwrite=overwrite) as tmp:
+        names = {rel for _, rel in members}
+
+        def extracted_before(folder: Path) -> bool:  # written before the marker: zip members only
+            files = [p for p in folder.rglob("*") if not p.is_dir()]
+            return bool(files) and all(p.relative_to(folder).as_posix() in names for p in files)
+
+        replace = dict(owner="download", inputs=(archive,), recognise=extracted_before)
+        with atomic_dir(target, overwrite=overwrite, **replace) as tmp:
             for info, rel in members:
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -246,7 +256,9 @@ class DownloadConfig(Config):
     archive: Path | None = setting(
         None, help="use this local zip instead of downloading (verified the same way)"
     )
-    force: bool = flag(False, help="extract again even if already present")
+    force: bool = flag(
+        False, help="extract again even if already present (only over a folder it extracted)"
+    )
     quiet: bool = flag(False, help="no progress line")
 
     def check(self) -> None:

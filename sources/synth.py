@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ncf.core import names
-from ncf.core.atomic import clean_stale
+from ncf.core.atomic import check_file_replaceable, clean_stale
 from ncf.core.config import DEFAULT_SEED, Config, flag, setting, write_config
 
 # ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
@@ -97,7 +97,7 @@ class SynthConfig(Config):
     user_median_extra: float = setting(
         48.0, help="median of (ratings per user - 20) before rescaling"
     )
-    force: bool = flag(False, help="replace an existing output file")
+    force: bool = flag(False, help="replace an output file that `ncf synth` wrote before")
 
     def __post_init__(self) -> None:
         self.check()
@@ -605,8 +605,7 @@ def run(cfg: SynthConfig) -> int:
     if cfg.out is None:
         raise ValueError("--out: required (see `ncf synth --help`)")
     path = output_path(cfg.out)
-    if path.exists() and not cfg.force:
-        raise FileExistsError(f"{path} already exists; pass --force to replace it")
+    check_file_replaceable(path, "synth", cfg.force, config_path(path))
     t0 = time.perf_counter()
     columns = generate(cfg)
     t1 = time.perf_counter()

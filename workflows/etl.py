@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ncf.core.atomic import atomic_dir, clean_stale, write_json
+from ncf.core.atomic import atomic_dir, check_replaceable, clean_stale, write_json
 from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 from ncf.core.digest import sha256_file
 from ncf.core.names import CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
@@ -49,7 +49,9 @@ output in OUT: train/ test/ negatives/ (and valid/ valid_negatives/) (parquet, i
 item_id), workflow/ (the saved NVTabular Workflow; --engine pandas writes vocab/ instead),
 metadata.json and config.json (the resolved `ncf etl` config: `ncf etl --config OUT/config.json`
 rebuilds it). OUT is written to a temporary directory and renamed into place. Rerunning with the
-same input and options reuses OUT; --force rebuilds it. Protocol: docs/PROTOCOL.md.
+same input and options reuses OUT; --force rebuilds it. OUT is replaced only if it is an
+output of `ncf etl` (its marker .ncf-output.json, or a metadata.json it wrote) or an empty folder,
+and never when it holds --input. Protocol: docs/PROTOCOL.md.
 
 a running Dask cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS) fits the Workflow on
 its workers (`dask worker`; `dask cuda worker` when this host has a GPU) instead of in this
@@ -208,7 +210,8 @@ def run_etl(opts: EtlConfig, stage: StageFn | None = None) -> dict[str, Any]:
         del ratings
         source["sha256"] = sha.result()
     clean_stale(opts.out)
-    with atomic_dir(opts.out, overwrite=opts.force) as tmp:
+    replace = opts.force or _is_empty_dir(opts.out)
+    with atomic_dir(opts.out, replace, "etl", (opts.input,), md.is_etl_output) as tmp:
         meta = _build(opts, kept, tmp, timed, source)
         meta["timings_s"] = timings
         write_json(tmp / METADATA_FILE, meta)
@@ -350,6 +353,7 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
     options = opts.fingerprint_options()
     backend, workers = ran_on
     return {
+        "format": md.FORMAT,
         "num_users": encoding.user.cardinality,
         "num_items": encoding.item.cardinality,
         "user_id_range": [encoding.user.lo, encoding.user.hi],
@@ -387,8 +391,12 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
 
 
 def _reuse(opts: EtlConfig) -> dict[str, Any] | None:
-    """The existing metadata if ``out`` can be reused; raise if it exists but differs (no --force)."""
-    if not opts.out.exists() or not opts.input.is_file():
+    """The existing metadata if ``out`` can be reused; raise if it exists but differs (no --force),
+    or is not an ETL output at all (``--force`` or not: never replace what the ETL did not write)."""
+    if not opts.out.exists() or _is_empty_dir(opts.out):
+        return None
+    check_replaceable(opts.out, "etl", (opts.input,), md.is_etl_output)
+    if not opts.input.is_file():
         return None
     wanted = md.fingerprint(opts.fingerprint_options(), sha256_file(opts.input))
     existing = md.read_metadata(opts.out)
@@ -402,6 +410,10 @@ def _reuse(opts: EtlConfig) -> dict[str, Any] | None:
             f"({'; '.join(differences)}); pass --force to rebuild it or choose another --out"
         )
     return None
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
 
 
 def _timer(timings: dict[str, float], outer: StageFn | None) -> StageFn:

@@ -10,6 +10,8 @@ from typing import Any
 
 from ncf.core.names import METADATA_FILE
 
+# The version of metadata.json (outputs written before it existed have none, but a "fingerprint").
+FORMAT = "ncf-etl/1"
 # Options that change the output; --workers does not (a test checks 1 and 2 workers agree).
 OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine", "holdout", "ties")
 # What outputs written before an option existed were made with (their fingerprint lacks the key).
@@ -96,6 +98,15 @@ def read_metadata(out: Path) -> dict[str, Any] | None:
         return json.loads((out / METADATA_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+def is_etl_output(out: Path) -> bool:
+    """True if ``out`` is an ETL output by its ``metadata.json`` (an ``ncf-etl/*`` format, or,
+    written before that field existed, a ``fingerprint``): one ``ncf etl --force`` may replace."""
+    meta = read_metadata(out)
+    if not isinstance(meta, dict):
+        return False
+    return str(meta.get("format", "")).startswith("ncf-etl/") or "fingerprint" in meta
 
 
 def reuse_differences(meta: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +111,14 @@ def _describe(path: Path) -> str:
 
 
 def check_replaceable(
-    target: str | os.PathLike, owner: str, inputs: tuple[str | os.PathLike, ...] = ()
+    target: str | os.PathLike,
+    owner: str,
+    inputs: tuple[str | os.PathLike, ...] = (),
+    recognise: Callable[[Path], bool] | None = None,
 ) -> None:
-    """Raise unless ``target`` is absent or an output of ``ncf OWNER`` that holds no input.
+    """Raise unless ``target`` is absent, an empty folder, or an output of ``ncf OWNER`` that
+    holds no input (its marker says so, or ``recognise(target)``: an output written before the
+    marker existed).
 
     Raises
     ------
@@ -131,12 +136,71 @@ def check_replaceable(
                 f"the input {given} lies inside {target}, which this command would replace: "
                 "choose an output outside the input's folder"
             )
-    if target.is_dir() and owner_of(target) == owner:
-        return
+    if target.is_dir() and not target.is_symlink():
+        if owner_of(target) == owner or not any(target.iterdir()):
+            return
+        if recognise is not None and recognise(target):
+            return
     what = _describe(target)
     raise FileExistsError(
         f"{target} is {what}: `ncf {owner}` replaces only its own output (with --force); "
         "choose another output path, or move that one away"
+    )
+
+
+def written_by(record: str | os.PathLike) -> str | None:
+    """The stage named by the config file ``record`` (as ``write_config`` writes it beside a file
+    output), or None when there is none or it is not such a file."""
+    try:
+        doc = json.loads(Path(record).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(doc, dict) and str(doc.get("format", "")).startswith("ncf-config/")
+    return doc.get("stage") if ok else None
+
+
+def check_file_replaceable(
+    path: str | os.PathLike,
+    owner: str,
+    force: bool,
+    record: str | os.PathLike | None,
+    inputs: tuple[str | os.PathLike, ...] = (),
+    recognise: Callable[[Path], bool] | None = None,
+) -> None:
+    """Raise unless the file output ``path`` may be written by ``ncf OWNER``.
+
+    An absent ``path`` may; an existing file only with ``force`` and only when ``record`` (the
+    config file the command writes beside its output) names ``owner``, or, for a command that
+    records its config inside the output, ``recognise(path)``; a folder or an input never.
+
+    Raises
+    ------
+    ValueError
+        ``path`` is one of the command's ``inputs``.
+    FileExistsError
+        ``path`` exists and may not be replaced; the message says what it is.
+    """
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    for given in inputs:
+        if Path(given).resolve() == path.resolve():
+            raise ValueError(f"--out {path} is the command's input: choose another output file")
+    if path.is_dir():
+        raise FileExistsError(
+            f"{path} is {_describe(path)}, not a file `ncf {owner}` wrote: choose another --out, or move that folder away"
+        )
+    mine = (
+        written_by(record) == owner if record is not None else bool(recognise and recognise(path))
+    )
+    if mine:
+        if force:
+            return
+        raise FileExistsError(f"{path} already exists; pass --force to replace it")
+    how = f" (no {Path(record).name} of `ncf {owner}` beside it)" if record is not None else ""
+    raise FileExistsError(
+        f"{path} is a file not written by `ncf {owner}`{how}: `ncf {owner}` replaces only its own "
+        "output (with --force); choose another --out, or move that file away"
     )
 
 
@@ -152,6 +216,7 @@ def atomic_dir(
     overwrite: bool = False,
     owner: str | None = None,
     inputs: tuple[str | os.PathLike, ...] = (),
+    recognise: Callable[[Path], bool] | None = None,
 ) -> Iterator[Path]:
     """Build a directory under a temporary name and rename it to ``target`` on success.
 
@@ -166,6 +231,9 @@ def atomic_dir(
         existing ``target`` is replaced only if it holds the same marker (``check_replaceable``).
     inputs
         The command's input paths: none may lie inside a ``target`` to be replaced.
+    recognise
+        Also accept an existing ``target`` without the marker when ``recognise(target)`` is true
+        (the command's outputs from before the marker existed).
 
     Yields
     ------
@@ -174,7 +242,7 @@ def atomic_dir(
     """
     target = Path(target)
     if target.exists() and owner is not None:
-        check_replaceable(target, owner, inputs)
+        check_replaceable(target, owner, inputs, recognise)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)

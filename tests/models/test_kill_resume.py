@@ -31,6 +31,7 @@ CASES = {
     "mid-epoch-0": (f"{faults.OPTIMIZER_STEP}:{STEPS_PER_EPOCH // 2}", {None}),
     # Epoch 1's checkpoints are written in the background while epoch 2 trains.
     "mid-epoch-2": (f"{faults.OPTIMIZER_STEP}:{2 * STEPS_PER_EPOCH + 52}", {0, 1}),
+    # Only best.pt: --resume refuses (best.pt has no optimizer state), --force starts over.
     "before-first-last.pt": (f"{faults.ATOMIC_COMMIT}:6", {None}),
     "before-epoch-1-last.pt": (f"{faults.ATOMIC_COMMIT}:12", {0}),
     "before-epoch-1-manifest": (f"{faults.ATOMIC_COMMIT}:13", {1}),
@@ -81,7 +82,14 @@ def test_kill_then_resume_matches_uninterrupted(etl_dir: Path, tmp_path: Path, r
     killed_at = torch.load(last, weights_only=True)["epoch"] if last.exists() else None
     assert killed_at in epochs, f"{fault}: last.pt holds epoch {killed_at}, expected {epochs}"
     assert not (run / METRICS_FILE).exists()
-    assert train.run(parse(train, ["--data", etl_dir, "--out", run, *ARGS, "--resume"])) == 0
+    again = ["--data", etl_dir, "--out", run, *ARGS, "--resume"]
+    if killed_at is None and (run / checkpoint.BEST).exists():  # a finished epoch, no last.pt
+        before = {p.name: p.read_bytes() for p in run.iterdir()}
+        with pytest.raises(ValueError, match="last.pt is missing.*--force to start over"):
+            train.run(parse(train, again))
+        assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # nothing discarded
+        again[-1] = "--force"
+    assert train.run(parse(train, again)) == 0
     got = json.loads((run / METRICS_FILE).read_text())
     want = json.loads((reference / METRICS_FILE).read_text())
     assert {k: got[k] for k in COMPARED} == {k: want[k] for k in COMPARED}

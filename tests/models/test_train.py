@@ -282,3 +282,20 @@ def test_patience_stops_after_n_epochs_without_improvement(valid_etl: Path, tmp_
     m = _train(valid_etl, tmp_path / "p", "--epochs", 12, "--patience", 1, "--deterministic")
     assert m["epochs_run"] == m["best_epoch"] + 2 < 12
     assert m["config"]["patience"] == 1
+
+
+def test_evaluate_out_replaces_only_its_own_result(run_dir: Path, etl_dir: Path, tmp_path: Path):
+    out = tmp_path / "e.json"
+    argv = ["--data", etl_dir, "--checkpoint", run_dir / checkpoint.BEST, "--out", out]
+    argv += ["--device", "cpu", "--threads", "1"]
+    out.write_text("my notes")
+    for force in ([], ["--force"]):  # not a result of ncf evaluate: refused either way
+        with pytest.raises(FileExistsError, match="not written by `ncf evaluate`"):
+            evaluate.run(parse(evaluate, [*argv, *force]))
+    assert out.read_text() == "my notes"
+    out.unlink()
+    assert evaluate.run(parse(evaluate, argv)) == 0
+    with pytest.raises(FileExistsError, match="pass --force"):
+        evaluate.run(parse(evaluate, argv))
+    assert evaluate.run(parse(evaluate, [*argv, "--force"])) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["e.json"]

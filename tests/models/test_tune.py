@@ -151,3 +151,19 @@ def test_enqueue_base_tries_the_preset_itself_once(valid_etl: Path, tmp_path: Pa
     want = presets.preset_config("mf-small")
     assert first.params == {name: getattr(want, name) for name in tune.SEARCH_SPACES["mf"]}
     assert first.user_attrs["base"] == "mf-small" and second.params != first.params
+
+
+def test_out_must_be_a_search_or_absent(valid_etl: Path, tmp_path: Path):
+    """A search writes config.json, best.json, trials.png into OUT: never into another's folder."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.json").write_text("{}")  # a user's file of a name the search writes
+    with pytest.raises(FileExistsError, match=r"not written by this project \(config.json\)"):
+        tune.run(parse(tune, ["--data", valid_etl, "--out", out, "--trials", "1", *FLAGS]))
+    assert [p.name for p in out.iterdir()] == ["config.json"]
+    with pytest.raises(FileExistsError, match="replaces only its own output"):
+        tune.run(parse(tune, ["--data", valid_etl, "--out", valid_etl, "--trials", "1", *FLAGS]))
+    (out / "config.json").unlink()
+    tune.check_out(out)  # empty: used
+    (out / tune.LOCK_FILE).touch()  # a search killed before it wrote config.json: resumed
+    tune.check_out(out)

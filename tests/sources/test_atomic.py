@@ -67,3 +67,23 @@ def test_cli_writes_the_csv_and_its_config_and_needs_both_paths(tmp_path, capsys
     assert read_config(out / "ratings.config.json", "convert")["input"] == str(inter)
     assert main(["convert", "--out", str(out)]) == 2
     assert "INPUT: required" in capsys.readouterr().err
+
+
+def test_cli_force_replaces_only_what_convert_wrote(tmp_path, capsys):
+    from ncf.cli import main
+
+    inter = _inter(tmp_path, "196\t242\t3\t881250949\n")
+    out = tmp_path / "r.csv"
+    out.write_text("user data")
+    for force in ([], ["--force"]):  # a file ncf convert did not write: refused either way
+        assert main(["convert", str(inter), "--out", str(out), *force]) == 2
+        assert "not written by `ncf convert`" in capsys.readouterr().err
+        assert out.read_text() == "user data"
+    out.unlink()
+    assert main(["convert", str(inter), "--out", str(out)]) == 0
+    assert main(["convert", str(inter), "--out", str(out)]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["convert", str(inter), "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.config.json", "r.csv", "x.inter"]
+    assert main(["convert", str(inter), "--out", str(inter), "--force"]) == 2
+    assert "is the command's input" in capsys.readouterr().err

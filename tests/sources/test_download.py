@@ -75,10 +75,23 @@ def test_download_extracts_atomically_and_is_idempotent(toy_zip: Path, tmp_path:
     assert ratings == out / "toy" / "ratings.csv"
     assert ratings.read_text() == RATINGS
     assert _leftovers(out) == ["toy", "toy.zip"]
-    assert _leftovers(out / "toy") == ["README.txt", "ratings.csv"]
+    assert _leftovers(out / "toy") == [".ncf-output.json", "README.txt", "ratings.csv"]
     ratings.write_text("kept")  # present already: a second run neither refetches nor re-extracts
     assert download(spec, out, progress=False).read_text() == "kept"
     assert download(spec, out, force=True, progress=False).read_text() == RATINGS
+
+
+def test_force_extracts_only_over_what_download_extracted(toy_zip: Path, tmp_path: Path) -> None:
+    spec, out = _spec(toy_zip), tmp_path / "data"
+    (out / "toy").mkdir(parents=True)
+    (out / "toy" / "mine.txt").write_text("keep")  # a user's folder where the dataset would go
+    with pytest.raises(FileExistsError, match=r"not written by this project \(mine.txt\)"):
+        download(spec, out, force=True, progress=False)
+    assert _leftovers(out / "toy") == ["mine.txt"]
+    (out / "toy" / "mine.txt").unlink()
+    (out / "toy" / "ratings.csv").write_text("old")  # extracted before markers: zip members only
+    assert download(spec, out, force=True, progress=False).read_text() == RATINGS
+    assert _leftovers(out) == ["toy", "toy.zip"]  # no temp left beside it
 
 
 def test_local_archive_is_verified(toy_zip: Path, tmp_path: Path) -> None:

@@ -113,8 +113,10 @@ def test_cli_writes_ml20m_format(tmp_path: Path) -> None:
 def test_cli_refuses_to_overwrite_and_rejects_bad_scale(tmp_path: Path, capsys) -> None:
     path = tmp_path / "r.csv"
     path.write_text("keep")
-    assert cli.main(["synth", "--scale", "0.001", "--out", str(path)]) == 2
-    assert "--force" in capsys.readouterr().err and path.read_text() == "keep"
+    for force in ([], ["--force"]):  # not written by ncf synth: refused, --force or not
+        assert cli.main(["synth", "--scale", "0.001", "--out", str(path), *force]) == 2
+        assert "not written by `ncf synth`" in capsys.readouterr().err
+        assert path.read_text() == "keep"
     assert cli.main(["synth", "--scale", "-1", "--out", str(tmp_path / "x.csv")]) == 2
     assert "--scale -1.0" in capsys.readouterr().err
 
@@ -196,3 +198,23 @@ def test_without_structure_popularity_is_as_good() -> None:
     # the gap above comes from the planted structure and not from the scorer.
     hr = _hit_rates(generate(SynthConfig(scale=0.005, seed=11, affinity=0.0, drift=0.0)))
     assert hr["svd"] < hr["pop"] + 0.02, hr  # measured: 0.900 vs 0.906
+
+
+def test_force_replaces_only_what_synth_wrote(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "d"
+    args = ["synth", "--scale", "0.001", "--out", str(out)]
+    assert cli.main(args) == 0
+    assert cli.main(args) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert cli.main([*args, "--seed", "2", "--force"]) == 0
+    assert read_config(out / "ratings.config.json", "synth")["seed"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["ratings.config.json", "ratings.csv"]
+    (out / "ratings.config.json").unlink()  # the record gone: no longer known as synth's output
+    assert cli.main([*args, "--force"]) == 2
+    assert "not written by `ncf synth`" in capsys.readouterr().err
+    folder = tmp_path / "x.csv"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("keep")
+    assert cli.main(["synth", "--scale", "0.001", "--out", str(folder), "--force"]) == 2
+    assert "is a folder of 1 entries" in capsys.readouterr().err
+    assert [p.name for p in folder.iterdir()] == ["mine.txt"]

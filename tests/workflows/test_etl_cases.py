@@ -199,3 +199,38 @@ def test_etl_seed_default_is_the_one_seed_default():
     from ncf.workflows.etl import EtlConfig
 
     assert EtlConfig().seed == DEFAULT_SEED == 1
+
+
+def test_force_never_replaces_a_folder_the_etl_did_not_write(table, tmp_path, capsys):
+    """Issue 17: `cp ratings.csv D/; ncf etl --input D/ratings.csv --out D --force` kept D."""
+    folder = tmp_path / "D"
+    folder.mkdir()
+    (folder / "ratings.csv").write_text(TABLE)
+    (folder / "notes.txt").write_text("mine")
+    base = ["etl", "--engine", "pandas", "--min-ratings", "2", "--eval-negatives", "2"]
+    for args, message in [
+        (["--input", str(folder / "ratings.csv"), "--out", str(folder)], "lies inside"),
+        (["--input", str(table), "--out", str(folder)], "not written by this project"),
+    ]:
+        for force in ([], ["--force"]):
+            assert main([*base, *args, *force]) == 2
+            err = capsys.readouterr().err
+            assert message in err and "pass --force" not in err, err
+            assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "ratings.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["D", "ratings.csv"]  # no temp left
+    empty = tmp_path / "E"
+    empty.mkdir()  # an empty folder holds nothing to lose: written into
+    assert main([*base, "--input", str(table), "--out", str(empty)]) == 0
+    assert metadata(empty)["format"] == "ncf-etl/1"
+
+
+def test_force_replaces_an_etl_output_written_before_the_marker(table, tmp_path):
+    out = tmp_path / "out"
+    etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas")
+    (out / ".ncf-output.json").unlink()  # as written before markers existed: metadata.json only
+    meta = json.loads((out / "metadata.json").read_text())
+    del meta["format"]
+    (out / "metadata.json").write_text(json.dumps(meta))
+    rebuilt = etl(table, out, eval_negatives=2, min_ratings=2, engine="pandas", seed=5, force=True)
+    assert rebuilt["seed"] == 5 and (out / ".ncf-output.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "ratings.csv"]

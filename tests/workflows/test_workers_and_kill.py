@@ -59,9 +59,9 @@ def complete(out) -> bool:
     )
 
 
-# Commits (ncf.core.atomic renames) of one ETL run: metadata.json and config.json inside the
-# temporary directory, then the directory itself.
-ETL_COMMITS = 3
+# Commits (ncf.core.atomic renames) of one ETL run: metadata.json, config.json and the output
+# marker inside the temporary directory, then the directory itself.
+ETL_COMMITS = 4
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["fresh", "over-previous"])
