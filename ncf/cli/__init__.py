@@ -17,8 +17,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ncf.core import errors  # not `report`: ncf.cli.report is a submodule
 from ncf.core.config import Config, resolve
-from ncf.core.errors import HANDLED, report
 
 # subcommand -> (module, one-line help). Order is the pipeline's order.
 STAGES: dict[str, tuple[str, str]] = {
@@ -118,8 +118,8 @@ def _dispatch(stage: str, argv: list[str]) -> int:
     log_config(stage, cfg)
     try:
         return int(module.run(cfg) or 0)
-    except HANDLED as exc:  # with the config, the line names the flag of a failing path
-        return report(prog, exc, cfg)
+    except errors.HANDLED as exc:  # with the config, the line names the flag of a failing path
+        return errors.report(prog, exc, cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,10 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stage = argv[0]
     try:
         return _dispatch(stage, argv[1:])
-    except HANDLED as exc:
+    except errors.HANDLED as exc:
         # The error boundary (ncf.core.errors): bad input (exit 2) or an environment fault such as
         # an unwritable --out (exit 1) is one line naming the path and the fix; NCF_DEBUG=1 raises.
-        return report(f"ncf {stage}", exc)
+        return errors.report(f"ncf {stage}", exc)
     except KeyboardInterrupt:
         print(f"ncf {stage}: interrupted", file=sys.stderr)
         return 130
