@@ -10,20 +10,23 @@ a write: the unwritable folder is ``chattr +i`` (undone at teardown), skipped wh
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import shutil
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from ncf.bench import entry
 from ncf.cli import main
 from ncf.core import errors
-from ncf.core.config import DEFAULT_SEED
+from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.sources.synth import SynthConfig
 from tests.triton_repo import etl_fixture
 
@@ -221,8 +224,8 @@ def test_each_entry_point_process_exits_1_with_one_line(files, cmd, prog):
 
 
 def test_ncf_debug_shows_the_traceback(files):
-    res = _run(["-m", "ncf.cli", "convert", str(files["missing"] / "x.inter"), "--out", "o.csv"],
-               NCF_DEBUG="1")  # fmt: skip
+    missing, out = files["missing"] / "x.inter", files["out"] / "debug.csv"
+    res = _run(["-m", "ncf.cli", "convert", str(missing), "--out", str(out)], NCF_DEBUG="1")
     assert res.returncode == 1 and "Traceback" in res.stderr  # python's own exit code
     assert res.stderr.strip().splitlines()[-1].startswith("FileNotFoundError")
 
@@ -250,3 +253,33 @@ def test_a_decode_error_names_the_file_line_and_column(tmp_path):
     line = errors.error_line(info.value)
     assert line.startswith(f"{path}: line 3 column 8: not valid JSON (Expecting value")
     assert errors.exit_code(info.value) == 2
+
+
+@dataclasses.dataclass
+class _BenchConfig(Config):
+    """A bench that raises what it is given."""
+
+    out: Path = setting(Path("results"), help="where it writes")
+
+
+@pytest.mark.parametrize(
+    "raised, code",
+    [
+        (PermissionError(errno.EACCES, os.strerror(errno.EACCES), "results/x.json"), 1),
+        (subprocess.CalledProcessError(1, ["python", "-m", "ncf.bench.etl"]), 1),
+        (subprocess.CalledProcessError(2, ["python", "-m", "ncf.bench.etl"]), 2),
+        (entry.BenchError("no GPU here: run it on a GPU host"), 2),
+    ],
+    ids=["unwritable", "child-environment", "child-bad-input", "bench-error"],
+)
+def test_bench_entry_exit_codes(raised, code, capsys):
+    def run(cfg):
+        raise raised
+
+    module = types.SimpleNamespace(run=run)
+    assert entry.execute(module, _BenchConfig(), "ncf bench x", "ncf bench x") == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ncf bench x: error: ")
+    if code == 1 and isinstance(raised, OSError):
+        assert err[0].startswith("ncf bench x: error: results/x.json: Permission denied; ")
+        assert "--out" in err[0]
