@@ -106,7 +106,7 @@ def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
         code = report(prog, exc, cfg)
         if isinstance(exc, subprocess.CalledProcessError):  # the child's own code: 2 or 1
             return exc.returncode if exc.returncode == EXIT_BAD_INPUT else EXIT_ENVIRONMENT
-        return EXIT_BAD_INPUT if isinstance(exc, BenchError) else code
+        return code
 
 
 def run_bench(module: ModuleType, name: str, argv: Sequence[str], prog: str) -> int:

@@ -59,8 +59,10 @@ _MAX_SOURCE_BYTES = 64 << 20  # files larger than this are not read back to loca
 
 
 def exit_code(exc: BaseException) -> int:
-    """2 for bad input (``BAD_INPUT``), 1 for an environment fault (any other OSError)."""
-    return EXIT_BAD_INPUT if isinstance(exc, BAD_INPUT) else EXIT_ENVIRONMENT
+    """1 for an environment fault (an OSError not in ``BAD_INPUT``), else 2 (bad input; also any
+    other error a command chose to report as one line)."""
+    environment = isinstance(exc, OSError) and not isinstance(exc, BAD_INPUT)
+    return EXIT_ENVIRONMENT if environment else EXIT_BAD_INPUT
 
 
 def report(prog: str, exc: BaseException, cfg: Any = None) -> int:
