@@ -22,15 +22,17 @@ from types import ModuleType
 from typing import Any
 
 from ncf.bench.common import RESULTS_DIR, write_results
-from ncf.core.config import Config, main_error, resolve
+from ncf.core.config import Config, resolve
+from ncf.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HANDLED, report
 
 
 class BenchError(RuntimeError):
     """A benchmark could not measure, for the reason its message gives (no traceback needed)."""
 
 
-# Errors reported as one line and exit code 2: bad input, a failed subprocess, BenchError.
-ERRORS = (ValueError, FileNotFoundError, FileExistsError, subprocess.CalledProcessError, BenchError)
+# Errors reported as one line: bad input and environment faults (ncf.core.errors: exit 2 or 1),
+# a failed subprocess (its exit code; it printed its own line), BenchError (exit 2).
+ERRORS = (*HANDLED, subprocess.CalledProcessError, BenchError)
 
 
 @dataclass
@@ -90,7 +92,7 @@ def write(results: Results, command: str, plot: bool = True) -> dict[str, Any]:
 def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
     """Run ``module.run(cfg)`` and write what it returns (with ``cfg`` as its ``"config"`` and
     ``command`` as the recorded command); errors (``ERRORS``) as one line ``PROG: error: MESSAGE``
-    on stderr and exit code 2."""
+    on stderr and the exit code of ``ncf.core.errors``."""
     try:
         if hasattr(cfg, "resolved"):  # settings whose default depends on others, filled in
             cfg = cfg.resolved()
@@ -101,7 +103,10 @@ def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
             return out.exit_code
         return int(out or 0)
     except ERRORS as exc:
-        return main_error(prog, exc)
+        code = report(prog, exc, cfg)
+        if isinstance(exc, subprocess.CalledProcessError):  # the child's own code: 2 or 1
+            return exc.returncode if exc.returncode == EXIT_BAD_INPUT else EXIT_ENVIRONMENT
+        return code
 
 
 def run_bench(module: ModuleType, name: str, argv: Sequence[str], prog: str) -> int:
@@ -109,8 +114,8 @@ def run_bench(module: ModuleType, name: str, argv: Sequence[str], prog: str) -> 
     the exit code (2 and one line for a bad command line)."""
     try:
         cfg = resolve(module.CONFIG, argv, f"bench {name}", prog)
-    except (ValueError, FileNotFoundError) as exc:
-        return main_error(prog, exc)
+    except HANDLED as exc:
+        return report(prog, exc)
     return execute(module, cfg, command_line(prog, argv), prog)
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ncf.core.atomic import check_replaceable, clean_stale, written_by
-from ncf.core.config import Config, flag, main_error, merge, resolve, setting, write_config
+from ncf.core.config import Config, flag, merge, resolve, setting, write_config
+from ncf.core.errors import HANDLED, report
 from ncf.models import checkpoint
 from ncf.models.data import load_etl
 from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
@@ -219,10 +220,12 @@ def run(cfg: TrainRunConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m ncf.models.train`` (e.g. under torchrun) with the ``ncf train`` flags."""
     argv = sys.argv[1:] if argv is None else argv
+    cfg = None
     try:
-        return run(resolve(TrainRunConfig, argv, "train", prog="ncf.models.train"))
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        return main_error("ncf train", exc)
+        cfg = resolve(TrainRunConfig, argv, "train", prog="ncf.models.train")
+        return run(cfg)
+    except HANDLED as exc:  # the error boundary of ncf.core.errors (one line, exit 2 or 1)
+        return report("ncf train", exc, cfg)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ncf.core.config import Config, main_error, resolve
+from ncf.core import errors  # not `report`: ncf.cli.report is a submodule
+from ncf.core.config import Config, resolve
 
 # subcommand -> (module, one-line help). Order is the pipeline's order.
 STAGES: dict[str, tuple[str, str]] = {
@@ -115,7 +116,10 @@ def _dispatch(stage: str, argv: list[str]) -> int:
         return int(module.run_argv(argv, prog) or 0)
     cfg = resolve(module.CONFIG, argv, stage, prog)
     log_config(stage, cfg)
-    return int(module.run(cfg) or 0)
+    try:
+        return int(module.run(cfg) or 0)
+    except errors.HANDLED as exc:  # with the config, the line names the flag of a failing path
+        return errors.report(prog, exc, cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,9 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stage = argv[0]
     try:
         return _dispatch(stage, argv[1:])
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        # Input errors: one clear line, no traceback (the message names the file/row/fix).
-        return main_error(f"ncf {stage}", exc)
+    except errors.HANDLED as exc:
+        # The error boundary (ncf.core.errors): bad input (exit 2) or an environment fault such as
+        # an unwritable --out (exit 1) is one line naming the path and the fix; NCF_DEBUG=1 raises.
+        return errors.report(f"ncf {stage}", exc)
     except KeyboardInterrupt:
         print(f"ncf {stage}: interrupted", file=sys.stderr)
         return 130

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ import simple_parsing
 from simple_parsing.helpers.fields import flag as _sp_flag
 
 from ncf.core.atomic import write_json
+from ncf.core.errors import report
 
 FORMAT = "ncf-config/1"
 # The format ``ncf tune`` wrote before every stage had a config (train settings only).
@@ -243,7 +243,6 @@ def resolve(cls: type[C], argv: Sequence[str], stage: str, prog: str | None = No
 
 
 def main_error(prog: str, exc: BaseException) -> int:
-    """Print ``exc`` as the one line ``PROG: error: MESSAGE``; exit code 2 (bad input)."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    print(f"{prog}: error: {first}", file=sys.stderr)
-    return 2
+    """Print ``exc`` as the one line ``PROG: error: MESSAGE``; its exit code (``ncf.core.errors``:
+    2 for bad input, 1 for an environment fault)."""
+    return report(prog, exc)

@@ -78,3 +78,14 @@ def test_parse_error_is_one_line(capsys):
     assert main(["etl", "--input", "r.csv", "--out", "o", "--negatives", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ncf etl: error: unrecognized arguments")
+
+
+def test_the_error_boundary_survives_the_report_submodule(tmp_path, capsys):
+    # ncf.cli.report (ncf run's report) is a submodule: importing it sets the attribute `report`
+    # of ncf.cli, which must not be the boundary's function.
+    import ncf.cli.report  # noqa: F401
+
+    missing = tmp_path / "missing.json"
+    assert main(["synth", "--config", str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ncf synth: error: ") and str(missing) in err[0]
