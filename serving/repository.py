@@ -70,16 +70,35 @@ def project_repo() -> Path:
     return Path(__file__).resolve().parents[1] / "triton_repo"
 
 
+def is_export(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is a version folder ``ncf export`` wrote: its ``manifest.json`` is an
+    export manifest (``model``, ``version`` and ``export_id``). Only such folders are ever pruned
+    or replaced."""
+    manifest = Path(folder) / names.MANIFEST_FILE
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and {"model", "version", "export_id"} <= doc.keys()
+
+
+def is_definition(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds only a python model's source files (the committed ``1/``, or its
+    copy in a new repository, with the ``__pycache__`` a server may have left): the export fills
+    it, nothing in it is lost."""
+    return all(
+        (p.is_file() and p.suffix == ".py") or (p.is_dir() and p.name == "__pycache__")
+        for p in Path(folder).iterdir()
+    )
+
+
 def versions(model_dir: str | os.PathLike) -> list[int]:
-    """Exported versions of a model folder (numeric subfolders holding a manifest), ascending."""
+    """Versions ``ncf export`` wrote into a model folder (numeric subfolders holding an export
+    manifest), ascending."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         return []
-    found = [
-        int(p.name)
-        for p in model_dir.iterdir()
-        if p.is_dir() and p.name.isdigit() and (p / names.MANIFEST_FILE).is_file()
-    ]
+    found = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit() and is_export(p)]
     return sorted(found)
 
 
@@ -89,10 +108,42 @@ def latest_version(model_dir: str | os.PathLike) -> int | None:
     return found[-1] if found else None
 
 
+def _numbered(model_dir: Path) -> list[int]:
+    """Every numeric subfolder of a model folder that is not an empty python definition."""
+    if not model_dir.is_dir():
+        return []
+    return [
+        int(p.name)
+        for p in model_dir.iterdir()
+        if p.name.isdigit() and p.is_dir() and (is_export(p) or not is_definition(p))
+    ]
+
+
 def next_version(repo: str | os.PathLike) -> int:
-    """The version the next export writes: one above the newest of any model, 1 for a new repo."""
-    newest = [latest_version(Path(repo) / m) or 0 for m in MODEL_ARTIFACTS]
-    return max(newest, default=0) + 1
+    """The version the next export writes: one above every numbered folder of any model (an
+    export's or anybody else's, which stays untouched), 1 for a new repository."""
+    numbered = [n for m in MODEL_ARTIFACTS for n in _numbered(Path(repo) / m)]
+    return max(numbered, default=0) + 1
+
+
+def check_target(folder: Path) -> None:
+    """Raise unless ``folder`` is absent, an earlier export's version or a python definition.
+
+    Raises
+    ------
+    FileExistsError
+        ``folder`` holds something ``ncf export`` did not write; the message names it.
+    """
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if folder.is_dir() and not folder.is_symlink() and (is_export(folder) or is_definition(folder)):
+        return
+    shown = sorted(p.name for p in folder.iterdir())[:5] if folder.is_dir() else []
+    what = f"a folder holding {', '.join(shown)}" if shown else "not a folder"
+    raise FileExistsError(
+        f"{folder} is {what}, not a version `ncf export` wrote (no export manifest.json): "
+        "move it out of the repository, or export into another --repo"
+    )
 
 
 def ensure_definitions(repo: Path, template: Path) -> None:
@@ -198,6 +249,7 @@ def write_repository(
 def _write_version(
     target: Path, staging: Path, source: Path | None, manifest: dict, helpers: list[Path]
 ) -> dict:
+    check_target(target)
     with atomic.atomic_dir(target, overwrite=True) as tmp:
         tmp.chmod(0o755)  # mkdtemp made it 0700
         for py in source.glob("*.py") if source is not None else ():  # the python model

@@ -227,6 +227,24 @@ def test_reexport_adds_a_version_and_prunes_the_oldest(exported, checkpoint, etl
     assert not list(repo.glob(".tmp-*")) and not list(repo.glob("*/.tmp-*"))
 
 
+def test_export_never_replaces_or_prunes_a_folder_it_did_not_write(
+    exported, checkpoint, etl_dir, tmp_path
+):
+    repo = shutil.copytree(exported[0], tmp_path / "repo")
+    theirs = repo / names.MODEL_NEUMF / "2"  # somebody's own version folder, manifest and all
+    theirs.mkdir()
+    (theirs / names.MANIFEST_FILE).write_text('{"note": "mine"}')
+    (theirs / "weights.bin").write_bytes(b"precious")
+    second = export.export_repository(checkpoint, etl_dir, repo, keep_versions=1)
+    assert second["version"] == 3  # past every numbered folder, not into theirs
+    assert (theirs / "weights.bin").read_bytes() == b"precious"
+    assert repository.versions(repo / names.MODEL_NEUMF) == [3]  # ours pruned, theirs kept
+    assert str(theirs) not in second["pruned"]
+    with pytest.raises(FileExistsError, match=r"neumf/2 is a folder holding manifest.json"):
+        repository.check_target(theirs)
+    repository.check_target(repo / names.MODEL_NEUMF / "3")  # an export's own: replaceable
+
+
 def test_pruning_the_project_repository_keeps_its_committed_python_models(
     exported, monkeypatch, tmp_path
 ):
