@@ -25,6 +25,7 @@ from typing import Any, Literal
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR, PeakRSS, stage
 from ncf.bench.entry import Results
+from ncf.core import textfile
 from ncf.core.config import Config, flag, setting, write_config
 from ncf.workflows.etl import EtlConfig
 
@@ -112,8 +113,8 @@ def _run_child(args: EtlBench, workers: int) -> tuple[dict[str, Any], dict[str, 
         config = write_config(Path(tmp) / "config.json", one, "bench etl")
         cmd = [sys.executable, "-m", "ncf.bench.etl", "--config", str(config)]
         subprocess.run(cmd, check=True)
-        record = json.loads(record_path.read_text())
-    meta = json.loads((out / "metadata.json").read_text())
+        record = textfile.read_json(record_path)
+    meta = textfile.read_json(out / "metadata.json")
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
     return record, meta

@@ -35,7 +35,7 @@ import torch
 from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR
 from ncf.bench.entry import BenchError, Results
-from ncf.core import names
+from ncf.core import names, textfile
 from ncf.core.config import DEFAULT_SEED, Config, flag, setting
 from ncf.models.data import load_etl
 from ncf.models.metrics import hit_ndcg
@@ -149,7 +149,7 @@ def run_job(python: Path, job: dict[str, Any], work: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         raise BenchError(f"RecBole {job['model']} seed {job['seed']} failed (exit "
                          f"{proc.returncode}); rerun: {' '.join(cmd)}")  # fmt: skip
-    return json.loads(Path(job["out"]).read_text())
+    return textfile.read_json(job["out"])
 
 
 def ours_metrics(scores_file: Path) -> dict[str, float]:

@@ -29,6 +29,7 @@ from ncf.bench import entry
 from ncf.bench.common import RESULTS_DIR, PeakRSS
 from ncf.bench.entry import BenchError, Results
 from ncf.bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
+from ncf.core import textfile
 from ncf.core.config import Config, flag, setting
 
 COLUMNS = (
@@ -142,7 +143,7 @@ def _launch(point: TrainPoint, procs: int) -> tuple[dict, float]:
             proc = subprocess.run(cmd, env=env, check=False)
         if proc.returncode != 0:
             raise BenchError(f"benchmark worker failed (exit {proc.returncode}): {shlex.join(cmd)}")
-        result = json.loads(Path(point.result).read_text())
+        result = textfile.read_json(point.result)
         # 1-minute load average when the point ended: ~2 = this benchmark alone on a 2-core CPU;
         # more means other processes shared the cores and the figure is pessimistic.
         result["loadavg_1m"] = round(os.getloadavg()[0], 2)

@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ncf.core import textfile
 from ncf.core.atomic import write_json
 
 MODES = ("steps", "sampling", "fit")
@@ -107,7 +108,7 @@ class TrainPoint:
     def load(cls, path: str | Path) -> TrainPoint:
         """Read a point ``save`` wrote; a ValueError names the file and what is wrong."""
         try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
+            values = textfile.read_json(path)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not JSON ({exc})") from None
         return cls.from_dict(values, str(path))

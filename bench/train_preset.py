@@ -8,7 +8,6 @@ it and ``hr@10`` is the test split's at that epoch (``protocol`` says which).
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 from ncf.bench.entry import BenchError, Results
+from ncf.core import textfile
 
 COLUMNS = (
     "seed",
@@ -49,7 +49,7 @@ def train(etl: Path, preset: str, seed: int, out: Path, extra: list[str]) -> tup
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-2000:])
         raise BenchError(f"{shlex.join(cmd)} failed (exit {proc.returncode}; stderr above)")
-    return json.loads((out / "metrics.json").read_text()), wall
+    return textfile.read_json(out / "metrics.json"), wall
 
 
 def one_seed(etl: Path, preset: str, baseline: str | None, seed: int, out: Path,

@@ -9,7 +9,6 @@ so at every moment each checkpoint on disk matches a digest listed for it.
 from __future__ import annotations
 
 import io
-import json
 import pickle
 import re
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ncf.core import textfile
 from ncf.core.atomic import write_bytes, write_json
 from ncf.core.digest import sha256_bytes, sha256_file
 from ncf.models.kinds import DEFAULT_KIND, MODELS, build_model
@@ -35,7 +35,7 @@ def read_manifest(run_dir: str | Path) -> dict[str, dict]:
     path = Path(run_dir) / MANIFEST
     if not path.exists():
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return textfile.read_json(path)
 
 
 def save(path: str | Path, state: dict[str, Any]) -> str:

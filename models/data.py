@@ -6,7 +6,6 @@ Ids are stored as int32 (half the memory of int64; ``nn.Embedding`` takes int32 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from ncf.core import names
+from ncf.core import names, textfile
 from ncf.core.digest import sha256_bytes
 
 REQUIRED_KEYS = (
@@ -98,7 +97,7 @@ def read_metadata(etl_dir: str | Path) -> tuple[dict, str]:
             f"{path}: no ETL metadata; run `ncf etl --input RATINGS --out {etl_dir}` first"
         )
     raw = path.read_bytes()
-    meta = json.loads(raw)
+    meta = textfile.parse_json(raw, path)
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}; regenerate it with `ncf etl`")

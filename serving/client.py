@@ -9,7 +9,6 @@ over HTTP or gRPC alike. ``IdPool`` draws valid ids from an exported repository.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ncf.core import names
+from ncf.core import names, textfile
 from ncf.serving.repository import latest_version
 
 Inputs = list[tuple[str, np.ndarray, str]]  # (Triton input name, array, Triton dtype)
@@ -104,7 +103,7 @@ class IdPool:
             raise FileNotFoundError(
                 f"{manifest} not found: run `ncf export ... --repo {repo}` first"
             )
-        ids = json.loads(manifest.read_text(encoding="utf-8"))["ids"]
+        ids = textfile.read_json(manifest)["ids"]
         self.users, self.items = tuple(ids["user_id_range"]), tuple(ids["item_id_range"])
         self.num_users, self.num_items = int(ids["num_users"]), int(ids["num_items"])
         with np.load(vdir / names.ARTIFACT_VOCAB) as z:

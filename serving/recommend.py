@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from ncf.core import names
+from ncf.core import names, textfile
 from ncf.core.config import Config, flag, setting
 from ncf.serving.repository import latest_version
 
@@ -76,12 +75,12 @@ def movies_path(movies: str | None, data: str | None, repo: str | None) -> tuple
         version = latest_version(model_dir)
         if version is None:
             return None, f"no exported {names.MODEL_RECOMMEND} in {repo}"
-        manifest = json.loads((model_dir / str(version) / names.MANIFEST_FILE).read_text())
+        manifest = textfile.read_json(model_dir / str(version) / names.MANIFEST_FILE)
         etl = Path(manifest["source"]["etl_dir"])
     meta_path = etl / names.METADATA_FILE if etl else None
     if meta_path is None or not meta_path.is_file():
         return None, f"no ETL metadata at {meta_path}"
-    ratings = (json.loads(meta_path.read_text()).get("input") or {}).get("path")
+    ratings = (textfile.read_json(meta_path).get("input") or {}).get("path")
     if not ratings:
         return None, f"{meta_path} records no input path"
     path = Path(ratings).with_name(MOVIES_FILE)

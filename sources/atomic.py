@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ncf.core import atomic, names
+from ncf.core import atomic, names, textfile
 from ncf.core.config import Config, flag, setting, write_config
 from ncf.sources.synth import config_path
 
@@ -58,11 +58,10 @@ def _numbers(path: Path, frame: pd.DataFrame, column: str, integer: bool) -> np.
 def convert(inter: str | Path, out: str | Path) -> int:
     """Write ``inter`` (RecBole atomic) as ``out`` (ratings.csv); the number of rows written."""
     inter, out = Path(inter), Path(out)
-    with open(inter, encoding="utf-8") as f:
-        header = f.readline()
-        fields = _columns(inter, header)
-        frame = pd.read_csv(io.StringIO(f.read()), sep="\t", header=None, dtype=str,
-                            names=list(fields), keep_default_na=False)  # fmt: skip
+    header, _, body = textfile.read_text(inter).partition("\n")
+    fields = _columns(inter, header + "\n")
+    frame = pd.read_csv(io.StringIO(body), sep="\t", header=None, dtype=str,
+                        names=list(fields), keep_default_na=False)  # fmt: skip
     ratings = pd.DataFrame(
         {
             column: _numbers(inter, frame, field, integer=column != names.RAW_RATING)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ncf.core import faults
+from ncf.core import faults, textfile
 
 # renameat2(2) (docs/FACTS.md): AT_FDCWD, and the flag that swaps two paths in one atomic step.
 _AT_FDCWD = -100
@@ -207,7 +207,7 @@ def check_file_replaceable(
 def load_json(path: str | os.PathLike) -> Any | None:
     """The JSON document at ``path`` (as ``write_json`` wrote it), or None if there is no file."""
     path = Path(path)
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return textfile.read_json(path) if path.is_file() else None
 
 
 @contextlib.contextmanager

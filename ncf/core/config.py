@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import types
 import typing
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import simple_parsing
 from simple_parsing.helpers.fields import flag as _sp_flag
 
+from ncf.core import textfile
 from ncf.core.atomic import write_json
 from ncf.core.errors import report
 
@@ -163,9 +163,9 @@ def read_config(path: str | Path, stage: str) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--config {path}: not JSON ({exc})") from None
+        doc = textfile.read_json(path)
+    except ValueError as exc:
+        raise ValueError(f"--config {exc}") from None
     formats = {FORMAT} | ({TRAIN_FORMAT_V0} if stage == "train" else set())
     if not isinstance(doc, dict) or doc.get("format") not in formats:
         raise ValueError(

@@ -11,8 +11,8 @@ The rule (docs/ARCHITECTURE.md, "Errors and exit codes"), applied by :func:`repo
 - anything else is a bug and keeps its traceback.
 
 The line is ``PROG: error: PATH: CAUSE; FIX``: an OSError names ``exc.filename``, ``exc.strerror``
-and the flag that gave the path; a JSON or UTF-8 decode error names the file it was reading, its
-line and column. ``NCF_DEBUG=1`` re-raises instead (the traceback).
+and the flag that gave the path; a malformed JSON or UTF-8 text file is named with its line and
+column by the readers of ``ncf.core.textfile`` (the ratings reader does the same for CSV). ``NCF_DEBUG=1`` re-raises instead (the traceback).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import gzip
-import json
 import os
 import pickle
 import sys
@@ -29,7 +28,6 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 DEBUG_ENV = "NCF_DEBUG"
@@ -55,7 +53,6 @@ HANDLED: tuple[type[BaseException], ...] = (*BAD_INPUT, OSError)
 
 _WRITE = {errno.EACCES, errno.EPERM, errno.EROFS}
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_MAX_SOURCE_BYTES = 64 << 20  # files larger than this are not read back to locate a decode error
 
 
 def exit_code(exc: BaseException) -> int:
@@ -87,10 +84,6 @@ def error_line(exc: BaseException, cfg: Any = None) -> str:
     """The one-line message of ``exc`` (module docstring), without the ``PROG: error:`` prefix."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return oserror_line(exc, cfg)
-    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
-        located = _decode_error_line(exc)
-        if located:
-            return located
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
@@ -158,54 +151,3 @@ def _settings(cfg: Any) -> Iterator[tuple[str, Any]]:
             yield f.metadata.get("custom_args", {}).get("metavar") or f.name.upper(), value
         else:
             yield "--" + f.name.replace("_", "-"), value
-
-
-def _decode_error_line(exc: json.JSONDecodeError | UnicodeDecodeError) -> str | None:
-    """``FILE: line L column C: CAUSE; FIX`` when the text that failed is a file read on the way
-    to the error (a local of a frame of its traceback), else None."""
-    if isinstance(exc, json.JSONDecodeError):
-        text: str | bytes = exc.doc
-        line, col = exc.lineno, exc.colno
-        cause = f"not valid JSON ({exc.msg.removesuffix(' at')} at char {exc.pos})"
-    else:
-        text = exc.object
-        before = bytes(exc.object[: exc.start])
-        line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
-        cause = f"not {exc.encoding} text ({exc.reason}, byte {exc.object[exc.start]:#04x})"
-    source = _source_file(exc.__traceback__, text)
-    if source is None:
-        return None
-    return f"{source}: line {line} column {col}: {cause}; fix the file or write it again"
-
-
-def _source_file(tb: TracebackType | None, text: str | bytes) -> Path | None:
-    """The file whose contents are ``text``, among the path locals of the frames of ``tb``
-    (innermost first)."""
-    frames = []
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    want = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-    seen: set[str] = set()
-    for frame in reversed(frames):
-        for value in list(frame.f_locals.values()):
-            if not isinstance(value, (str, Path)) or isinstance(value, str) and len(value) > 4096:
-                continue
-            key = str(value)
-            if key in seen or "\n" in key:
-                continue
-            seen.add(key)
-            if _holds(Path(key), want):
-                return Path(key)
-    return None
-
-
-def _holds(path: Path, want: bytes) -> bool:
-    """Whether ``path`` is a readable file of at most ``_MAX_SOURCE_BYTES`` holding ``want``."""
-    try:
-        if not path.is_file() or path.stat().st_size > _MAX_SOURCE_BYTES:
-            return False
-        return path.read_bytes() == want
-    except (OSError, ValueError):
-        return False

@@ -130,7 +130,7 @@ def test_config_file_format_and_stage_are_checked(tmp_path):
     with pytest.raises(ValueError, match="config of `ncf etl`, not train"):
         read_config(path, "train")
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         read_config(path, "train")
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_config(tmp_path / "missing.json", "train")

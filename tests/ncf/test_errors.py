@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import pytest
 
 from ncf.bench import entry
 from ncf.cli import main
-from ncf.core import errors
+from ncf.core import errors, textfile
 from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.sources.synth import SynthConfig
 from tests.triton_repo import etl_fixture
@@ -245,11 +244,11 @@ def test_an_atomic_temp_is_named_as_the_output_it_was_for(tmp_path):
     assert errors.error_line(exc).startswith(f"{tmp_path / 'ratings.csv'}: Read-only file system;")
 
 
-def test_a_decode_error_names_the_file_line_and_column(tmp_path):
+def test_a_malformed_json_file_is_named_with_its_line_and_column(tmp_path):
     path = tmp_path / "m.json"
     path.write_text('{\n  "a": 1,\n  "b": }\n')
-    with pytest.raises(json.JSONDecodeError) as info:
-        json.loads(path.read_text())
+    with pytest.raises(ValueError) as info:
+        textfile.read_json(path)
     line = errors.error_line(info.value)
     assert line.startswith(f"{path}: line 3 column 8: not valid JSON (Expecting value")
     assert errors.exit_code(info.value) == 2
