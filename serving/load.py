@@ -6,12 +6,22 @@ out-of-range ids, wrong dtype, wrong shape, a batch over max_batch_size, k <= 0)
 whether every valid request succeeded, every invalid one was rejected, how the server's memory
 moved after warm-up, and whether the server still answers afterwards. The test runs ~10 s of it;
 ``ncf bench`` runs the long version.
+
+With ``abort_at_s`` it also sends, at those seconds, the one request known to abort tritonserver
+(``send_aborting_request``) to a server that ``ncf.serving.supervisor.Supervisor`` keeps up. Each
+outage runs from the aborting request to the supervisor's "ready again"; a valid request that
+fails or gets no answer while it overlaps an outage is counted as in flight during a restart
+(``lost_in_restart``), any other is lost (``valid_lost``: must be 0).
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +100,38 @@ class RequestMaker:
         return Request(kind, *kinds[kind](rng), valid=valid)
 
 
+# The request that aborts tritonserver 2.51 (docs/FACTS.md): a declared shape of 2**63 - 1 rows.
+ABORTING_ROWS = 2**63 - 1
+
+
+def send_aborting_request(http_url: str, timeout: float = 30.0) -> int:
+    """POST an ensemble request declaring ``[ABORTING_ROWS, 1]`` inputs with one element each.
+
+    Returns
+    -------
+    int
+        The HTTP status; 0 when the connection dropped (the server died).
+    """
+    body = {
+        "inputs": [
+            {"name": name, "shape": [ABORTING_ROWS, 1], "datatype": "INT64", "data": [1]}
+            for name in (names.INPUT_RAW_USER, names.INPUT_RAW_ITEM)
+        ]
+    }
+    req = urllib.request.Request(
+        f"http://{http_url}/v2/models/{names.MODEL_ENSEMBLE}/infer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0
+
+
 # gRPC status codes that mean "the request never got an answer", not "the server rejected it".
 _TRANSPORT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN")
 
@@ -122,26 +164,35 @@ class LoadStats:
         self.counts = dict.fromkeys(self.KEYS, 0)
         self.failures: list[str] = []
         self.latency: dict[str, list[float]] = {}
+        self.valid_unanswered: list[tuple[float, float]] = []  # (start, end) of valid failures
 
-    def add(self, request: Request, seconds: float, problem: str | None, rejected: bool) -> None:
-        """Count one answered request; ``problem`` is None for a correct answer."""
+    def add(
+        self, request: Request, span: tuple[float, float], problem: str | None, rejected: bool
+    ) -> None:
+        """Count one answered request sent and answered at ``span`` (``time.monotonic()``);
+        ``problem`` is None for a correct answer."""
         with self.lock:
-            self.latency.setdefault(request.kind, []).append(seconds)
+            self.latency.setdefault(request.kind, []).append(span[1] - span[0])
             if request.valid:
                 self.counts["valid_failed" if problem else "valid_ok"] += 1
                 if problem:
                     self.failures.append(problem)
+                    self.valid_unanswered.append(span)
             elif rejected:
                 self.counts["invalid_rejected"] += 1
             else:
                 self.counts["invalid_accepted"] += 1
                 self.failures.append(f"{request.kind}: the invalid request was accepted")
 
-    def transport_error(self, problem: str) -> None:
-        """Count a request that got no answer at all (the connection failed)."""
+    def transport_error(
+        self, problem: str, request: Request | None = None, span: tuple[float, float] = (0, 0)
+    ) -> None:
+        """Count a request that got no answer at all (the connection failed) at ``span``."""
         with self.lock:
             self.counts["transport_errors"] += 1
             self.failures.append(problem)
+            if request is not None and request.valid:
+                self.valid_unanswered.append(span)
 
 
 def _one(conn: Connection, request: Request) -> tuple[str | None, bool, bool]:
@@ -153,9 +204,14 @@ def _one(conn: Connection, request: Request) -> tuple[str | None, bool, bool]:
     except InferenceServerException as exc:
         transport = any(t in str(exc.status()) for t in _TRANSPORT)
         return f"{request.kind}: {exc}", not transport, transport
-    except (OSError, ConnectionError) as exc:  # HTTP transport errors are not wrapped
+    # HTTP transport errors are not wrapped (geventhttpclient's closed connection is an
+    # http.client.HTTPException)
+    except (OSError, http.client.HTTPException) as exc:
         return f"{request.kind}: {type(exc).__name__}: {exc}", False, True
     return (output_problem(request, out) if request.valid else None), False, False
+
+
+RECONNECT_PAUSE_S = 0.05  # after a request got no answer: a new connection, after this pause
 
 
 def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: LoadStats) -> None:
@@ -164,14 +220,47 @@ def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: Lo
     try:
         while time.monotonic() < deadline:
             request = maker.make(rng, invalid_fraction)
-            t = time.perf_counter()
+            t = time.monotonic()
             problem, rejected, transport = _one(conn, request)
-            if transport:
-                stats.transport_error(problem or "transport error")
+            span = (t, time.monotonic())
+            if transport:  # as a client would: a fresh connection (gRPC's backs off for seconds)
+                stats.transport_error(problem or "transport error", request, span)
+                conn[1].close()
+                time.sleep(RECONNECT_PAUSE_S)
+                conn = connect(protocol, url)
                 continue
-            stats.add(request, time.perf_counter() - t, problem, rejected)
+            stats.add(request, span, problem, rejected)
     finally:
         conn[1].close()
+
+
+def _injector(http_url: str, start: float, abort_at_s, sent: list[float]) -> None:
+    """Send the aborting request at ``start + s`` for each ``s`` of ``abort_at_s``."""
+    for at in abort_at_s:
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        sent.append(time.monotonic())
+        send_aborting_request(http_url)
+
+
+def outages(aborts: list[float], ready: list[float], end: float) -> list[tuple[float, float]]:
+    """(from, to) of each outage: an aborting request until the first "ready again" after it
+    (``end`` when the server was not ready again by then).
+
+    Parameters
+    ----------
+    aborts, ready
+        ``time.monotonic()`` of each aborting request sent and of each restart's readiness.
+    """
+    spans = []
+    for sent in sorted(aborts):
+        after = [t for t in ready if t >= sent]
+        spans.append((sent, min(after) if after else end))
+    return spans
+
+
+def lost_requests(failed: list[tuple[float, float]], down: list[tuple[float, float]]) -> int:
+    """How many of the ``failed`` request spans overlap no outage of ``down``."""
+    return sum(not any(s <= b and e >= a for a, b in down) for s, e in failed)
 
 
 def _percentiles(latency: dict[str, list[float]]) -> dict[str, dict]:
@@ -193,6 +282,8 @@ def run_load(
     invalid_fraction: float = 0.25,
     warmup_s: float | None = None,
     seed: int = 0,
+    abort_at_s: tuple[float, ...] = (),
+    ready_times: list[float] | None = None,
 ) -> dict:
     """Run the mixed load and report; ``report["passed"]`` sums up the acceptance criteria.
 
@@ -203,16 +294,21 @@ def run_load(
     repo
         The exported repository the server serves (ids are drawn from its manifest and vocab).
     server_pid
-        tritonserver's pid: its RSS (with the python stubs) is sampled after ``warmup_s``
-        (default 20% of the duration) and at the end.
+        tritonserver's pid, or a callable giving the current one: its RSS (with the python
+        stubs) is sampled after ``warmup_s`` (default 20% of the duration) and at the end.
     duration_s, concurrency, invalid_fraction
         Length of the run, client threads (half HTTP, half gRPC), share of invalid requests.
+    abort_at_s
+        Seconds after the start at which to send the aborting request (module docstring).
+    ready_times
+        The supervisor's list of "ready again" times (``Supervisor.ready_at``), read at the end.
 
     Returns
     -------
     dict
         Counts (valid_ok, valid_failed, invalid_rejected, invalid_accepted, transport_errors),
-        up to 20 failure messages, per-kind latency percentiles, RSS after warm-up / at the end /
+        the valid requests lost and lost in a restart, the aborts and restarts and each outage's
+        seconds, up to 20 failure messages, per-kind latency percentiles, RSS after warm-up / at the end /
         their ratio, whether the server answered afterwards, and ``passed``.
     """
     import tritonclient.http as http
@@ -241,15 +337,43 @@ def run_load(
         )
         for n in range(concurrency)
     ]
+    sent: list[float] = []
+    threads.append(
+        threading.Thread(target=_injector, args=(http_url, start, abort_at_s, sent), daemon=True)
+    )
+    pid = server_pid if callable(server_pid) else lambda: server_pid
     for t in threads:
         t.start()
     time.sleep(max(0.0, start + warmup_s - time.monotonic()))
-    rss_warm = server_rss_bytes(server_pid)
+    rss_warm = server_rss_bytes(pid())
     for t in threads:
         t.join()
     elapsed = time.monotonic() - start
-    rss_end = server_rss_bytes(server_pid)
-    return _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end)
+    rss_end = server_rss_bytes(pid())
+    down = outages(sent, list(ready_times or []), time.monotonic())
+    report = _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end)
+    return _restarts(report, stats, down)
+
+
+def _restarts(report: dict, stats: LoadStats, down: list[tuple[float, float]]) -> dict:
+    """Add the outages to ``report``; with aborts, ``passed`` asks that no valid request was
+    lost outside them and that each abort was followed by a restart (memory is not compared:
+    the server is a new process)."""
+    lost = lost_requests(stats.valid_unanswered, down)
+    report["aborts"] = len(down)
+    report["outage_s"] = [round(b - a, 2) for a, b in down]
+    report["valid_lost"] = lost
+    report["lost_in_restart"] = len(stats.valid_unanswered) - lost
+    if down:
+        counts = report
+        report["passed"] = bool(
+            lost == 0
+            and counts["invalid_accepted"] == 0
+            and counts["invalid_rejected"] > 0
+            and all(b - a < 60 for a, b in down)
+            and report["answers_after"]
+        )
+    return report
 
 
 def _report(stats: LoadStats, maker, http_url, elapsed, concurrency, rss_warm, rss_end) -> dict:

@@ -41,9 +41,13 @@ def top_k(items, scores, k):
     return np.take_along_axis(items, part, 1), np.take_along_axis(scores, part, 1)
 
 
-def build_index(items, spec):
-    """A faiss inner-product index of ``spec`` (e.g. "HNSW32", "Flat") over ``items [C, F]``."""
+def build_index(items, spec, threads=None):
+    """A faiss inner-product index of ``spec`` (e.g. "HNSW32", "Flat") over ``items [C, F]``;
+    ``threads`` sets faiss's OpenMP pool of this process (None: faiss's default, every core)."""
     import faiss  # only the two-stage path needs it (faiss-cpu, pinned in pyproject.toml)
+
+    if threads is not None:
+        faiss.omp_set_num_threads(int(threads))
 
     vectors = np.ascontiguousarray(items, dtype=np.float32)
     index = faiss.index_factory(vectors.shape[1], spec, faiss.METRIC_INNER_PRODUCT)

@@ -95,7 +95,8 @@ def run(cfg: ServeConfig) -> int:
             print(f"ncf serve: warning: binding {cfg.host}, not loopback", file=sys.stderr)
         server.start(timeout=cfg.timeout)
         _report(server)
-        if not _supervise(Supervisor(server, wait=stop.wait), stop):
+        supervisor = Supervisor(server, wait=stop.wait)
+        if not supervisor.keep_up(stop, on_restart=lambda: _report(server)):
             return 1
         print("ncf serve: stopping", file=sys.stderr, flush=True)
         return 0
@@ -107,18 +108,6 @@ def run(cfg: ServeConfig) -> int:
             print(
                 f"ncf serve: tritonserver exit code {code}; log {server.log_path}", file=sys.stderr
             )
-
-
-def _supervise(supervisor: Supervisor, stop: threading.Event) -> bool:
-    """Keep the server up until ``stop`` is set (True) or the restart policy gives up (False)."""
-    pid = supervisor.server.pid
-    while not stop.wait(0.5):
-        if not supervisor.check():
-            return stop.is_set()  # a stop asked during the back-off is a clean stop
-        if supervisor.server.pid != pid:  # restarted: report the (unchanged) endpoints again
-            pid = supervisor.server.pid
-            _report(supervisor.server)
-    return True
 
 
 def _report(server: TritonServer) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class Supervisor:
     clock: Callable[[], float] = time.monotonic
     wait: Callable[[float], bool] = time.sleep  # returns True to abandon the restart (stop asked)
     restarts: list[float] = field(default_factory=list)  # clock() of each restart in the window
+    ready_at: list[float] = field(default_factory=list)  # clock() each time it was ready again
 
     def check(self) -> bool:
         """Restart the server if it died; False once the policy gives up (or a stop was asked).
@@ -152,5 +154,24 @@ class Supervisor:
             self.log(f"restart failed: {str(exc).splitlines()[0]}")
             self.server.reap()
             return None
+        self.ready_at.append(self.clock())
         self.log(f"tritonserver ready again (pid {self.server.pid})")
+        return True
+
+    def keep_up(
+        self,
+        stop: threading.Event,
+        interval_s: float = 0.5,
+        on_restart: Callable[[], None] | None = None,
+    ) -> bool:
+        """Check the server every ``interval_s`` until ``stop`` is set (True) or the restart
+        policy gives up (False); ``on_restart`` is called each time a new server is ready."""
+        pid = self.server.pid
+        while not stop.wait(interval_s):
+            if not self.check():
+                return stop.is_set()  # a stop asked during the back-off is a clean stop
+            if self.server.pid != pid:
+                pid = self.server.pid
+                if on_restart is not None:
+                    on_restart()
         return True

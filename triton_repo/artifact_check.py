@@ -1,5 +1,5 @@
 """Shared by the python-backend models: read the export manifest, verify an artifact's sha256,
-and make the error of a request that fails for what the client sent.
+make the error of a request that fails for what the client sent, and size the CPU thread pools.
 
 The one source of this code: ``ncf export`` copies it into each python model's version folder
 (beside ``model.py``, which imports it as ``artifact_check``; the python backend puts that folder
@@ -19,6 +19,27 @@ def client_error(message):
     gRPC ``INVALID_ARGUMENT``. A plain ``TritonError`` is ``INTERNAL``, HTTP 500: a server fault.
     """
     return pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+
+
+MAX_THREADS = 8  # intra-op threads of one instance at most (the default rule's cap)
+
+
+def cpu_threads(model_config, params, cpus=None):
+    """Intra-op threads of one CPU instance (torch, ONNX Runtime, faiss's OpenMP).
+
+    The config's ``num_threads`` parameter when it is above 0. Otherwise the CPUs the server may
+    use (``cpus``, default its affinity mask), less one left to Triton's front end and the other
+    models' stubs, shared among this model's instances (the ``instance_group`` counts): at least
+    1, at most ``MAX_THREADS``. A pool wider than its share of the cores loses most of its speed
+    when something else runs beside the server: each parallel step waits for its slowest thread.
+    """
+    given = int(params.get("num_threads", "0"))
+    if given > 0:
+        return given
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    groups = model_config.get("instance_group") or [{}]
+    instances = max(1, sum(int(g.get("count", 1)) for g in groups))
+    return max(1, min(MAX_THREADS, (cpus - 1) // instances))
 
 
 def manifest_field(version_dir, manifest_name, key):

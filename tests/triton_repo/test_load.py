@@ -1,15 +1,19 @@
 """The load generator: its shared counters under concurrent updates, and a short bounded mixed
 load on a real server (the long one is `ncf bench soak`): nothing valid fails, nothing invalid
-passes, memory stays flat, and the server answers afterwards."""
+passes, memory stays flat, and the server answers afterwards; with a request that aborts the
+server mixed in, no valid request is lost but those in flight during the restart."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ncf.serving.load import LoadStats, Request, run_load
+from ncf.serving.load import LoadStats, Request, lost_requests, outages, run_load
+from ncf.serving.server import TritonServer
+from ncf.serving.supervisor import RestartPolicy, Supervisor
 
 THREADS, UPDATES = 8, 2_000
 
@@ -22,10 +26,10 @@ def _hammer(stats: LoadStats, n: int) -> None:
     """Every kind of update, UPDATES times each, from thread ``n``."""
     ok, bad = _request("ok", True), _request(f"bad{n}", False)
     for i in range(UPDATES):
-        stats.add(ok, 0.001, None, rejected=False)  # valid_ok
-        stats.add(ok, 0.001, f"wrong {i}", rejected=False)  # valid_failed
-        stats.add(bad, 0.002, "rejected", rejected=True)  # invalid_rejected
-        stats.add(bad, 0.002, None, rejected=False)  # invalid_accepted
+        stats.add(ok, (0.0, 0.001), None, rejected=False)  # valid_ok
+        stats.add(ok, (0.0, 0.001), f"wrong {i}", rejected=False)  # valid_failed
+        stats.add(bad, (0.0, 0.002), "rejected", rejected=True)  # invalid_rejected
+        stats.add(bad, (0.0, 0.002), None, rejected=False)  # invalid_accepted
         stats.transport_error("connection reset")
 
 
@@ -33,8 +37,8 @@ def test_every_update_waits_for_the_lock():
     """While the lock is held no update lands; released, every blocked update does."""
     stats = LoadStats()
     updates = [
-        lambda: stats.add(_request("ok", True), 0.001, None, rejected=False),
-        lambda: stats.add(_request("bad", False), 0.001, "no", rejected=True),
+        lambda: stats.add(_request("ok", True), (0.0, 0.001), None, rejected=False),
+        lambda: stats.add(_request("bad", False), (0.0, 0.001), "no", rejected=True),
         lambda: stats.transport_error("reset"),
     ]
     threads = [threading.Thread(target=u) for u in updates]
@@ -71,3 +75,59 @@ def test_short_mixed_load(server, repo):
     answered = sum(k["n"] for k in report["latency"].values())  # one latency per answer
     assert answered == report["requests"] - report["transport_errors"]
     assert report["answers_after"] and report["passed"]
+
+
+@pytest.mark.parametrize(
+    ("aborts", "ready", "end", "down"),
+    [
+        ([], [5.0], 9.0, []),
+        ([2.0], [5.0], 9.0, [(2.0, 5.0)]),
+        ([6.0, 2.0], [5.0, 8.0], 9.0, [(2.0, 5.0), (6.0, 8.0)]),
+        ([2.0, 6.0], [5.0], 9.0, [(2.0, 5.0), (6.0, 9.0)]),  # not ready again by the end
+    ],
+)
+def test_outages_run_from_each_abort_to_the_next_ready(aborts, ready, end, down):
+    assert outages(aborts, ready, end) == down
+
+
+def test_only_failures_that_overlap_no_outage_are_lost():
+    down = [(2.0, 5.0)]
+    failed = [(1.0, 2.0), (1.5, 6.0), (3.0, 3.1), (5.0, 5.5), (5.5, 6.0), (0.5, 1.9)]
+    assert lost_requests(failed, down) == 2  # (5.5, 6.0) and (0.5, 1.9)
+    assert lost_requests(failed, []) == len(failed)
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_mixed_load_with_an_aborting_request_loses_only_what_was_in_flight(
+    repo: Path, tmp_path: Path
+):
+    logged: list[str] = []
+    with TritonServer(repo, log_path=tmp_path / "server.log") as server:
+        first = server.pid
+        supervisor = Supervisor(server, RestartPolicy(backoff_s=(0.5,)), log=logged.append)
+        stop = threading.Event()
+        keeper = threading.Thread(target=supervisor.keep_up, args=(stop, 0.1), daemon=True)
+        keeper.start()
+        try:
+            report = run_load(
+                server.http_url,
+                server.grpc_url,
+                repo,
+                lambda: server.pid,
+                duration_s=24,
+                concurrency=8,
+                warmup_s=2,
+                abort_at_s=(4.0,),
+                ready_times=supervisor.ready_at,
+            )
+        finally:
+            stop.set()
+            keeper.join()
+        assert server.pid != first and len(supervisor.ready_at) == 1, logged
+    assert report["aborts"] == 1 and report["outage_s"][0] < 60, report
+    assert report["valid_lost"] == 0 and report["invalid_accepted"] == 0, report["failures"]
+    failed = report["valid_failed"] + report["transport_errors"]
+    assert report["lost_in_restart"] <= failed  # invalid ones with no answer are not counted
+    assert report["valid_ok"] > 100 and report["answers_after"] and report["passed"], report
+    assert any("SIGABRT" in line for line in logged), logged

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from ncf.core import names
-from ncf.serving import serve
 from ncf.serving.supervisor import RestartPolicy, Supervisor
 from tests.triton_repo.test_supervisor import HUGE, _infer
 
@@ -113,22 +112,17 @@ def test_serve_exits_non_zero_when_the_policy_gives_up(monkeypatch, capsys):
     monkeypatch.setattr("ncf.serving.supervisor.remove_stale_shm", lambda: [])
     server = FakeServer(failures=10)
     sup = Supervisor(server, RestartPolicy(max_restarts=2), log=print, wait=lambda s: False)
-    assert serve._supervise(sup, threading.Event()) is False
+    assert sup.keep_up(threading.Event(), interval_s=0.01) is False
     assert "giving up" in capsys.readouterr().out
 
 
-def test_serve_reports_its_status_again_after_a_restart(monkeypatch, capsys):
+def test_keep_up_reports_each_restart_once_the_new_server_is_ready(monkeypatch):
     monkeypatch.setattr("ncf.serving.supervisor.remove_stale_shm", lambda: [])
-    monkeypatch.setattr(
-        serve, "_report", lambda s: print(json.dumps({"ready": True, "pid": s.pid}))
-    )
     server, stop = FakeServer(), threading.Event()
-    sup = Supervisor(server, log=lambda m: None, wait=lambda s: False)
-
-    def stop_after_restart(*a):
-        stop.set()
-
+    clock = iter([10.0, 11.0, 12.0, 13.0])
+    sup = Supervisor(server, log=lambda m: None, wait=lambda s: False, clock=lambda: next(clock))
     orig_restart = server.restart
-    server.restart = lambda: (orig_restart(), stop_after_restart())  # type: ignore[method-assign]
-    assert serve._supervise(sup, stop) is True
-    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"ready": True, "pid": 2}
+    server.restart = lambda: (orig_restart(), stop.set())  # type: ignore[method-assign]
+    reported: list[int] = []
+    assert sup.keep_up(stop, interval_s=0.01, on_restart=lambda: reported.append(server.pid))
+    assert reported == [2] and sup.ready_at == [12.0]  # after the restart began (11.0)

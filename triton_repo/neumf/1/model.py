@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import client_error, manifest_ids, verified_artifact
+from artifact_check import client_error, cpu_threads, manifest_ids, verified_artifact
 
 
 class TritonPythonModel:
@@ -34,7 +34,8 @@ class TritonPythonModel:
         self.num_users, self.num_items = int(ids["num_users"]), int(ids["num_items"])
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", 0))
-        threads = int(params.get("num_threads", "0")) or min(8, len(os.sched_getaffinity(0)))
+        threads = cpu_threads(cfg, params)
+        pb_utils.Logger.log_info(f"{cfg['name']} v{args['model_version']}: {threads} threads")
         if runtime == "torchscript":
             self.score = _torchscript_scorer(path, gpu, device_id, threads)
         else:

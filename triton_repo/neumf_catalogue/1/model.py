@@ -13,7 +13,7 @@ import os
 
 import torch
 import triton_python_backend_utils as pb_utils
-from artifact_check import client_error, manifest_field, verified_artifact
+from artifact_check import client_error, cpu_threads, manifest_field, verified_artifact
 
 # CPU flags (/proc/cpuinfo) whose bf16 matrix products beat fp32 (AVX512-BF16 ~2x, AMX more).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -51,15 +51,16 @@ class TritonPythonModel:
         self.item_lo, self.item_hi = (int(x) for x in ids["item_id_range"])
         gpu = args.get("model_instance_kind") == "GPU"
         device_id = int(args.get("model_instance_device_id", 0))
-        torch.set_num_threads(
-            int(params.get("num_threads", "0")) or min(8, len(os.sched_getaffinity(0)))
-        )
+        threads = cpu_threads(cfg, params)
+        torch.set_num_threads(threads)
         self.device = torch.device(f"cuda:{device_id}" if gpu else "cpu")
         self.model = torch.jit.load(path, map_location=self.device).eval()
         self.precision = resolve_precision(params.get("precision", "auto"), gpu)
         if self.precision == "bf16":  # serving/catalogue.py to_precision
             self.model.rest.to(torch.bfloat16)
-        pb_utils.Logger.log_info(f"{cfg['name']} v{args['model_version']}: {self.precision}")
+        pb_utils.Logger.log_info(
+            f"{cfg['name']} v{args['model_version']}: {self.precision}, {threads} threads"
+        )
 
     def _check(self, users, items):
         """An error message for ids out of range, else None."""

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from artifact_check import client_error, manifest_field, verified_artifact
+from artifact_check import client_error, cpu_threads, manifest_field, verified_artifact
 from retrieval import build_index, candidate_count, rerank, search, top_k
 
 
@@ -75,12 +75,12 @@ class TritonPythonModel:
             self.mode = auto_mode(manifest_field(vdir, p["manifest"], "checks").get("ann", {}), p)
         if self.mode == "ann":
             with load("gmf_artifact") as z:
-                self._build_index(z["users"], z["items"], p)
+                self._build_index(z["users"], z["items"], p, cpu_threads(cfg, p))
 
-    def _build_index(self, users, items, p):
+    def _build_index(self, users, items, p, threads):
         """The faiss inner-product index over the catalogue's GMF item vectors."""
         self.gmf_users = np.ascontiguousarray(users, dtype=np.float32)
-        self.index = build_index(items, p["ann_index"])
+        self.index = build_index(items, p["ann_index"], threads)
         self.ef_search = int(p["ann_ef_search"])
         self.ann_candidates = int(p["ann_candidates"])
 
