@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from ncf.core import textfile
 from ncf.core.atomic import write_json, write_text
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -147,6 +148,38 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
     return "\n".join(out)
 
 
+RESULT_KEYS = {"bench", "date", "command", "machine", "rows"}  # what every results JSON holds
+
+
+def is_bench_result(path: Path) -> bool:
+    """Whether ``path`` is a results JSON that ``write_results`` wrote."""
+    try:
+        doc = textfile.read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and RESULT_KEYS <= doc.keys()
+
+
+def check_results_replaceable(results_dir: Path, name: str) -> None:
+    """Raise unless the files of result ``name`` in ``results_dir`` are absent or an earlier run's
+    (its ``<name>.json`` is a bench result): a bench rewrites only its own results.
+
+    Raises
+    ------
+    FileExistsError
+        A ``<name>.json``, ``.md`` or ``.png`` is in the way that no bench wrote.
+    """
+    paths = [results_dir / f"{name}{ext}" for ext in (".json", ".md", ".png")]
+    present = [p for p in paths if p.exists() or p.is_symlink()]
+    if not present or (paths[0].is_file() and is_bench_result(paths[0])):
+        return
+    raise FileExistsError(
+        f"{present[0]} is not a result of `ncf bench` (no {name}.json bench record beside it): "
+        "a bench rewrites only its own results; choose another --results-dir or --name, or move "
+        "it away"
+    )
+
+
 def write_results(
     name: str,
     rows: list[dict[str, Any]],
@@ -169,6 +202,7 @@ def write_results(
     where = machine.get("gpu") or f"{machine['cpu']}, {machine['cores']} cores"
     md_text = f"#### {title or name}\n\n_{date} on {where}; `{command}`_\n\n{table}\n"
     results_dir.mkdir(parents=True, exist_ok=True)
+    check_results_replaceable(results_dir, name)
     write_json(results_dir / f"{name}.json", payload)
     write_text(results_dir / f"{name}.md", md_text)
     print(table)

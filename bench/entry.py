@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ncf.bench.common import RESULTS_DIR, write_results
+from ncf.bench.common import RESULTS_DIR, check_results_replaceable, write_results
 from ncf.core.config import Config, resolve
 from ncf.core.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HANDLED, report
 
@@ -96,6 +96,8 @@ def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
     try:
         if hasattr(cfg, "resolved"):  # settings whose default depends on others, filled in
             cfg = cfg.resolved()
+        if isinstance(getattr(cfg, "name", None), str) and hasattr(cfg, "results_dir"):
+            check_results_replaceable(Path(cfg.results_dir), cfg.name)  # before measuring
         out = module.run(cfg)
         if isinstance(out, Results):
             out.extra = {**out.extra, "config": cfg.to_dict()}

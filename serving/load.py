@@ -10,8 +10,9 @@ moved after warm-up, and whether the server still answers afterwards. The test r
 With ``abort_at_s`` it also sends, at those seconds, the one request known to abort tritonserver
 (``send_aborting_request``) to a server that ``ncf.serving.supervisor.Supervisor`` keeps up. Each
 outage runs from the aborting request to the supervisor's "ready again"; a valid request that
-fails or gets no answer while it overlaps an outage is counted as in flight during a restart
-(``lost_in_restart``), any other is lost (``valid_lost``: must be 0).
+fails or gets no answer is counted as in flight when the server died (``in_flight_at_abort``), as
+sent while it was down (``sent_while_down``; clients retry after ``RECONNECT_PAUSE_S``), or else
+as lost (``valid_lost``: must be 0).
 """
 
 from __future__ import annotations
@@ -258,9 +259,20 @@ def outages(aborts: list[float], ready: list[float], end: float) -> list[tuple[f
     return spans
 
 
-def lost_requests(failed: list[tuple[float, float]], down: list[tuple[float, float]]) -> int:
-    """How many of the ``failed`` request spans overlap no outage of ``down``."""
-    return sum(not any(s <= b and e >= a for a, b in down) for s, e in failed)
+def classify_failures(
+    failed: list[tuple[float, float]], down: list[tuple[float, float]]
+) -> dict[str, int]:
+    """How many of the ``failed`` request spans were in flight when an outage of ``down`` began
+    (``in_flight``), were sent while the server was down (``while_down``), or neither (``lost``)."""
+    counts = {"in_flight": 0, "while_down": 0, "lost": 0}
+    for s, e in failed:
+        if any(a <= s <= b for a, b in down):
+            counts["while_down"] += 1
+        elif any(s < a <= e for a, _ in down):
+            counts["in_flight"] += 1
+        else:
+            counts["lost"] += 1
+    return counts
 
 
 def _percentiles(latency: dict[str, list[float]]) -> dict[str, dict]:
@@ -359,11 +371,14 @@ def _restarts(report: dict, stats: LoadStats, down: list[tuple[float, float]]) -
     """Add the outages to ``report``; with aborts, ``passed`` asks that no valid request was
     lost outside them and that each abort was followed by a restart (memory is not compared:
     the server is a new process)."""
-    lost = lost_requests(stats.valid_unanswered, down)
+    kinds = classify_failures(stats.valid_unanswered, down)
+    lost = kinds["lost"]
     report["aborts"] = len(down)
     report["outage_s"] = [round(b - a, 2) for a, b in down]
     report["valid_lost"] = lost
-    report["lost_in_restart"] = len(stats.valid_unanswered) - lost
+    report["in_flight_at_abort"] = kinds["in_flight"]
+    report["sent_while_down"] = kinds["while_down"]
+    report["lost_in_restart"] = kinds["in_flight"] + kinds["while_down"]
     if down:
         counts = report
         report["passed"] = bool(

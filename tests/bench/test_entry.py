@@ -139,3 +139,26 @@ def test_results_are_written_with_their_plot(tmp_path: Path) -> None:
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
     entry.write(entry.Results("bare", rows, ["x"], "Bare", tmp_path, plot=plot), "c", plot=False)
     assert not (tmp_path / "bare.png").exists()
+
+
+def test_results_replace_only_an_earlier_bench_result(tmp_path: Path) -> None:
+    rows = [{"x": 1}]
+    entry.write(entry.Results("demo", rows, ["x"], "Demo", tmp_path), "c")
+    entry.write(entry.Results("demo", [{"x": 2}], ["x"], "Demo", tmp_path), "c")  # its own: fine
+    assert json.loads((tmp_path / "demo.json").read_text())["rows"] == [{"x": 2}]
+    (tmp_path / "notes.md").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"notes.md is not a result of `ncf bench`"):
+        entry.write(entry.Results("notes", rows, ["x"], "Notes", tmp_path), "c")
+    (tmp_path / "other.json").write_text('{"mine": true}')
+    with pytest.raises(FileExistsError, match=r"other.json is not a result of `ncf bench`"):
+        entry.write(entry.Results("other", rows, ["x"], "Other", tmp_path), "c")
+    assert (tmp_path / "notes.md").read_text() == "mine" and not (tmp_path / "notes.json").exists()
+
+
+def test_a_bench_is_refused_before_it_measures_over_files_it_did_not_write(tmp_path, capsys):
+    (tmp_path / "inference.md").write_text("mine")
+    code = entry.main("ncf.bench.inference", _tiny_inference(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and "inference.md is not a result of `ncf bench`" in err, err
+    assert (tmp_path / "inference.md").read_text() == "mine"
+    assert not (tmp_path / "inference.json").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncf.serving.load import LoadStats, Request, lost_requests, outages, run_load
+from ncf.serving.load import LoadStats, Request, classify_failures, outages, run_load
 from ncf.serving.server import TritonServer
 from ncf.serving.supervisor import RestartPolicy, Supervisor
 
@@ -90,11 +90,12 @@ def test_outages_run_from_each_abort_to_the_next_ready(aborts, ready, end, down)
     assert outages(aborts, ready, end) == down
 
 
-def test_only_failures_that_overlap_no_outage_are_lost():
+def test_failures_are_told_apart_by_when_they_were_sent():
     down = [(2.0, 5.0)]
     failed = [(1.0, 2.0), (1.5, 6.0), (3.0, 3.1), (5.0, 5.5), (5.5, 6.0), (0.5, 1.9)]
-    assert lost_requests(failed, down) == 2  # (5.5, 6.0) and (0.5, 1.9)
-    assert lost_requests(failed, []) == len(failed)
+    # in flight at 2.0: (1.0, 2.0), (1.5, 6.0); sent while down: (3.0, 3.1), (5.0, 5.5)
+    assert classify_failures(failed, down) == {"in_flight": 2, "while_down": 2, "lost": 2}
+    assert classify_failures(failed, [])["lost"] == len(failed)
 
 
 @pytest.mark.triton
