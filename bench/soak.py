@@ -123,7 +123,7 @@ def run_hog(args: SoakBench) -> Results:
         f"{args.name}-hog",
         rows,
         HOG_COLUMNS,
-        f"Batch-1 throughput quiet and beside {args.hog} busy processes",
+        f"Batch-1 throughput quiet and beside {args.hog} busy processes ({args.name}-hog)",
         args.results_dir,
         extra={"cpus": len(os.sched_getaffinity(0)), "min_kept": hog.MIN_KEPT},
         exit_code=0 if all(r["passed"] for r in rows) else 1,
@@ -158,7 +158,8 @@ def run(args: SoakBench) -> Results:
         args.name,
         [summary_row(report)],
         SUMMARY_COLUMNS,
-        "Server under a bounded mixed load",
+        "Server under a bounded mixed load"
+        + (f", a request that aborts it every {args.abort_every:g} s" if args.abort_every else ""),
         args.results_dir,
         extra={"report": report},
         exit_code=0 if report["passed"] else 1,
