@@ -79,6 +79,11 @@ class SynthConfig(Config):
     scale: float = setting(
         1.0, help="fraction of ML-20m's size (1.0: 138,493 users, 20,000,263 ratings)"
     )
+    items: int = setting(
+        0,
+        help=f"catalogue size, apart from the scale (0: 26,744 x scale, at least {MIN_ITEMS:,}); "
+        "more items than the scale gives make a sparse catalogue with a long tail",
+    )
     seed: int = setting(DEFAULT_SEED, help="random seed (output is deterministic)")
     genres: int = setting(20, help="latent genres planted in items and user tastes")
     affinity: float = setting(
@@ -109,6 +114,11 @@ class SynthConfig(Config):
                 f"--scale {self.scale}: must be a number >= {MIN_SCALE} (1.0 = ML-20m size; below "
                 f"{MIN_SCALE} there are too few ratings to rate each of the {MIN_ITEMS} items)"
             )
+        if self.items != 0 and self.items < MIN_ITEMS:
+            raise ValueError(
+                f"--items {self.items}: must be 0 (from --scale) or at least {MIN_ITEMS:,} (room for "
+                "a heavy user's ratings plus 100 evaluation negatives)"
+            )
         if self.genres < 2:
             raise ValueError(f"--genres {self.genres}: need at least 2 (a primary and a secondary)")
         if not 0.0 <= self.affinity <= 1.0:
@@ -128,14 +138,15 @@ class Sizes:
     max_per_user: int
 
 
-def sizes(scale: float) -> Sizes:
-    """Users, items and ratings at ``scale`` (linear in scale; at least ``MIN_ITEMS`` items).
+def sizes(scale: float, items: int = 0) -> Sizes:
+    """Users, items and ratings at ``scale`` (linear in scale; at least ``MIN_ITEMS`` items, or
+    ``items`` when it is given).
 
     The per-user cap keeps ML-20m's ratio (9,254 of 26,744 items) so that every user leaves
     enough unrated items for 100 evaluation negatives.
     """
     users = max(1, round(ML20M_USERS * scale))
-    items = max(MIN_ITEMS, round(ML20M_ITEMS * scale))
+    items = items or max(MIN_ITEMS, round(ML20M_ITEMS * scale))
     cap = max(MIN_USER_RATINGS, round(ML20M_MAX_USER_RATINGS * items / ML20M_ITEMS))
     ratings = min(max(round(ML20M_RATINGS * scale), MIN_USER_RATINGS * users), cap * users)
     return Sizes(users, items, ratings, cap)
@@ -490,7 +501,7 @@ def generate(cfg: SynthConfig) -> dict[str, np.ndarray]:
         sorted by (userId, movieId); deterministic for a given ``cfg``.
     """
     rng = np.random.default_rng(cfg.seed)
-    sz = sizes(cfg.scale)
+    sz = sizes(cfg.scale, cfg.items)
     counts = user_counts(rng, cfg, sz)
     cat = catalogue(rng, cfg, sz.items)
     ta = tastes(rng, cfg, cat, sz.users)

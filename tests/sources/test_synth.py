@@ -47,6 +47,20 @@ def test_sizes(scale: float, expected: tuple[int, int, int, int]) -> None:
     assert (sz.users, sz.items, sz.ratings, sz.max_per_user) == expected
 
 
+def test_items_sets_the_catalogue_apart_from_the_scale() -> None:
+    assert sizes(0.002, 6_000) == sizes(0.002).__class__(277, 6_000, 40_001, 2_076)
+    sparse = pd.DataFrame(generate(SynthConfig(scale=SCALE, items=12_000, seed=7, pop_cutoff=0)))
+    per_item = sparse.groupby(names.RAW_ITEM).size()
+    assert len(per_item) == 12_000 and per_item.mean() < 5  # a long tail of rarely rated items
+    assert len(sparse) == sizes(SCALE).ratings
+
+
+@pytest.mark.parametrize("items", [-1, 999])
+def test_a_catalogue_too_small_is_refused(items: int) -> None:
+    with pytest.raises(ValueError, match=f"--items {items}: must be 0"):
+        SynthConfig(scale=SCALE, items=items)
+
+
 def test_counts_and_ranges(small: pd.DataFrame) -> None:
     sz = sizes(SCALE)
     assert len(small) == sz.ratings
