@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ncf.core import names
 from ncf.core.atomic import check_file_replaceable, write_json
 from ncf.core.config import Config, flag, setting
-from ncf.models import checkpoint
+from ncf.models import checkpoint, ranks
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, all_reduce_sum, process_group
 from ncf.models.epoch import shard_bounds
@@ -206,6 +207,17 @@ class EvaluateConfig(Config):
         help="also rank each held-out item against every item the user has not interacted with "
         "in training (HR@K = Recall@K, NDCG@K, MRR), for the model and ItemPop",
     )
+    suite: bool = flag(
+        False,
+        help="also HR, NDCG, MRR, Precision and MAP at 5, 10 and 20 for the model and ItemPop "
+        "(sampled; full ranking too with --full-ranking, with item coverage and the average "
+        "training popularity of the top-K items)",
+    )
+    per_user: Path | None = setting(
+        None,
+        help="with --suite: write each test user's rank counts (user_id, greater and ties of the "
+        "held-out item per ranking) to this parquet file, atomically",
+    )
     threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
     force: bool = flag(False, help="replace an --out file that `ncf evaluate` wrote before")
 
@@ -214,6 +226,8 @@ class EvaluateConfig(Config):
         for name in ("data", "checkpoint"):
             if getattr(self, name) is None:
                 raise ValueError(f"--{name}: required; see `ncf evaluate --help`")
+        if self.per_user is not None and not self.suite:
+            raise ValueError(f"--per-user {self.per_user}: needs --suite (the counts it writes)")
         if self.topk < 1 or self.eval_batch_size < 1 or self.threads < 0:
             raise ValueError(
                 f"--topk {self.topk} / --eval-batch-size {self.eval_batch_size} / --threads "
@@ -251,6 +265,50 @@ def full_ranking_report(
         out |= {f"{prefix}full_hr@{k}": r["hr"], f"{prefix}full_ndcg@{k}": r["ndcg"]}
         out[f"{prefix}full_mrr"] = r["mrr"]
     return out
+
+
+def pair_scorer(model: nn.Module, amp: bool = False):
+    """``score(users [n], items [n]) -> [n]`` float32 scores of ``model`` (eval mode, autocast as
+    ``evaluate_model``)."""
+    model.eval()
+
+    def score(users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        device = users.device.type
+        dtype = torch.float16 if device == "cuda" else torch.bfloat16
+        with torch.autocast(device, dtype=dtype, enabled=amp):
+            return model(users, items).float()
+
+    return score
+
+
+def suite_report(
+    model: nn.Module, data: EtlData, env: DistEnv, cfg: EvaluateConfig
+) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The metric suite (``report["suite"]``: ranking -> model/itempop -> figures) and each test
+    user's rank counts (``ncf.models.ranks``), for the model and ItemPop."""
+    batch = cfg.eval_batch_size
+    pop = item_popularity(data.train_items, data.num_items)
+    counts: dict[str, torch.Tensor] = {}
+    suite: dict[str, dict] = {"sampled": {}, "full": {}}
+    for prefix, name, score in (("", "model", pair_scorer(model, cfg.amp)),
+                                ("itempop_", "itempop", lambda u, i: pop[i])):  # fmt: skip
+        g, t = ranks.sampled_ranks(score, data, env, batch)
+        counts[f"{prefix}greater"], counts[f"{prefix}ties"] = g, t
+        suite["sampled"][name] = ranks.figures(g, t)
+    if not cfg.full_ranking:
+        del suite["full"]
+        return suite, counts
+    known = known_interactions(data)
+    for prefix, name, scorer in (("", "model", model_scorer(model, cfg.amp)),
+                                 ("itempop_", "itempop", popularity_scorer(pop))):  # fmt: skip
+        r = ranks.full_ranks(scorer, data, env, batch, known)
+        counts[f"{prefix}full_greater"], counts[f"{prefix}full_ties"] = r["greater"], r["ties"]
+        extra = {
+            k: float(v) for k, v in r.items() if k.startswith(("coverage@", "avg_popularity@"))
+        }
+        suite["full"][name] = ranks.figures(r["greater"], r["ties"]) | extra
+        counts["full_candidates"] = r["candidates"]
+    return suite, counts
 
 
 def print_table(report: dict, k: int) -> None:
@@ -292,6 +350,10 @@ def report_of(cfg: EvaluateConfig, env: DistEnv) -> tuple[dict, EtlData]:
     }
     if cfg.full_ranking:
         report |= full_ranking_report(model, data, env, cfg)
+    if cfg.suite:
+        report["suite"], counts = suite_report(model, data, env, cfg)
+        if cfg.per_user is not None and env.is_main:
+            ranks.write_per_user(cfg.per_user, data.test_users, counts)
     return report, data
 
 
@@ -300,6 +362,18 @@ def is_report(path: Path) -> bool:
     doc = load_json_or_none(path)
     config = doc.get("config") if isinstance(doc, dict) else None
     return isinstance(config, dict) and {"data", "checkpoint", "topk"} <= set(config)
+
+
+def is_per_user(path: Path) -> bool:
+    """True if ``path`` is a per-user file of ``ncf evaluate --per-user`` (a parquet file whose
+    columns are ``user_id`` and rank counts)."""
+    try:
+        import pyarrow.parquet as pq
+
+        columns = pq.read_schema(path).names
+    except (OSError, ValueError, ImportError):
+        return False
+    return columns[:3] == [names.USER, "greater", "ties"]
 
 
 def load_json_or_none(path: Path) -> object:
@@ -313,6 +387,8 @@ def run(cfg: EvaluateConfig) -> int:
     """Score ``cfg.checkpoint``; print the table (rank 0) and write ``cfg.out`` if set; 0."""
     if cfg.out:  # before the scoring: a result that cannot be written is refused at once
         check_file_replaceable(cfg.out, "evaluate", cfg.force, None, recognise=is_report)
+    if cfg.per_user:
+        check_file_replaceable(cfg.per_user, "evaluate", cfg.force, None, recognise=is_per_user)
     with process_group(cfg.device) as env:
         threads = cfg.threads or default_threads(env.local_world_size)
         configure(env.device, threads, deterministic=False)

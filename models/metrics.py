@@ -1,4 +1,5 @@
-"""Leave-one-out ranking metrics of one held-out item per user: HR@K, NDCG@K and MRR.
+"""Leave-one-out ranking metrics of one held-out item per user: HR, NDCG, MRR, Precision and MAP
+at K (``metric_suite``), item coverage and average popularity of the top-K lists.
 
 Two candidate sets: the ETL's sampled negatives (``hit_ndcg``), or every item the user has not
 interacted with in training (full ranking: ``full_rank_counts``). Pure functions of scores.
@@ -63,6 +64,69 @@ def ranking_metrics(
         "ndcg": (inside.double() * gain).sum(1) / denom,
         "mrr": mrr,
     }
+
+
+SUITE_KS = (5, 10, 20)  # the cut-offs of ``metric_suite``, as RecBole reports them
+SUITE_METRICS = ("hr", "ndcg", "mrr", "precision", "map")
+
+
+def metric_suite(
+    greater: torch.Tensor, ties: torch.Tensor, ks: tuple[int, ...] = SUITE_KS
+) -> dict[str, torch.Tensor]:
+    """Per-user ``hr@K``, ``ndcg@K``, ``mrr@K``, ``precision@K`` and ``map@K`` (float64 ``[U]``
+    each) for every K of ``ks``, from the rank counts (``rank_counts`` / ``full_rank_counts``).
+
+    With one relevant item at 0-based position ``p``: HR@K = [p < K], NDCG@K = [p < K] /
+    log2(p + 2), MRR@K = [p < K] / (p + 1), Precision@K = [p < K] / K and MAP@K = MRR@K (the
+    precision at the one hit, over min(K, 1) relevant items); each is its expectation over the
+    tied positions (``ranking_metrics``).
+    """
+    if not ks or min(ks) < 1:
+        raise ValueError(f"cut-offs {ks}: each K must be >= 1")
+    kmax = max(ks)
+    g, t = greater.unsqueeze(1), ties.unsqueeze(1)  # [U, 1]
+    positions = torch.arange(kmax, device=greater.device)  # [kmax]
+    weight = ((positions >= g) & (positions <= g + t)).double() / (t + 1).double()  # P(p = pos)
+    gains = {
+        "hr": torch.ones(kmax, dtype=torch.float64, device=greater.device),
+        "ndcg": 1.0 / torch.log2(positions.double() + 2.0),
+        "mrr": 1.0 / (positions.double() + 1.0),
+    }
+    out = {}
+    for k in ks:
+        w = weight[:, :k]  # [U, k]
+        part = {name: (w * gain[:k]).sum(1) for name, gain in gains.items()}
+        part["precision"] = part["hr"] / k
+        part["map"] = part["mrr"]
+        out |= {f"{name}@{k}": part[name] for name in SUITE_METRICS}
+    return out
+
+
+def coverage_popularity(
+    top: torch.Tensor, popularity: torch.Tensor, ks: tuple[int, ...] = SUITE_KS
+) -> dict[str, torch.Tensor]:
+    """Sums, over a chunk of users' top-K lists, for item coverage and average popularity.
+
+    Parameters
+    ----------
+    top
+        int64 ``[U, max(ks)]`` catalogue columns of each user's best items, best first.
+    popularity
+        float64 ``[C]`` training interactions of each catalogue column.
+
+    Returns
+    -------
+    dict
+        ``hit@K`` bool ``[C]`` (recommended to some user of the chunk) and ``pop_sum@K`` (float64
+        scalar: the summed popularity of the chunk's top-K items) for every K.
+    """
+    out = {}
+    for k in ks:
+        hit = torch.zeros(popularity.numel(), dtype=torch.bool, device=top.device)
+        hit[top[:, :k].reshape(-1)] = True
+        out[f"hit@{k}"] = hit
+        out[f"pop_sum@{k}"] = popularity[top[:, :k]].sum()
+    return out
 
 
 def hit_ndcg(

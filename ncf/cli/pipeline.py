@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from ncf.cli.comparison import per_user_path
 from ncf.cli.report import write_report
 from ncf.core import names
 from ncf.core.atomic import write_json
@@ -89,8 +90,12 @@ def train_stage(cfg: RunConfig, etl_dir: Path, out: Path, preset: str) -> TrainR
 
 
 def evaluate_stage(etl_dir: Path, checkpoint: Path, out: Path) -> EvaluateConfig:
-    """``ncf evaluate``'s config: sampled and full-ranking figures of ``checkpoint``."""
-    return EvaluateConfig(data=etl_dir, checkpoint=checkpoint, full_ranking=True, out=out)
+    """``ncf evaluate``'s config: sampled and full-ranking figures of ``checkpoint``, the metric
+    suite and each test user's rank counts (for the report's paired test)."""
+    return EvaluateConfig(
+        data=etl_dir, checkpoint=checkpoint, full_ranking=True, out=out, suite=True,
+        per_user=per_user_path(out),
+    )  # fmt: skip
 
 
 def export_stage(cfg: RunConfig, etl_dir: Path, checkpoint: Path) -> ExportConfig:

@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from ncf.cli.comparison import compare, comparison_lines, suite_lines
 from ncf.core import names
 from ncf.core.atomic import load_json, write_json, write_text
 
@@ -77,6 +78,7 @@ def write_report(
     evaluation = _load(run_dir / "evaluation.json")
     evaluation_mf = _load(run_dir / "evaluation-mf.json")
     bench = _load(bench_dir / "triton.json")
+    tests = compare(run_dir, run_dir / "evaluation.json", run_dir / "evaluation-mf.json")
     summary: dict[str, Any] = {
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "input": str(input_path),
@@ -89,6 +91,8 @@ def write_report(
         "accuracy": accuracy_rows(
             evaluation, evaluation_mf, train, _load(run_dir / "train-mf" / "metrics.json")
         ),
+        "suite": {"neumf": evaluation.get("suite"), "mf": evaluation_mf.get("suite")},
+        "neumf_vs_mf": tests,
         "negatives_per_user": evaluation.get("negatives_per_user"),
         "full_candidates_per_user": evaluation.get("full_candidates_per_user"),
         "best_epoch": train.get("best_epoch"),
@@ -102,7 +106,10 @@ def write_report(
         "stages": stages,
     }
     write_json(run_dir / "metrics.json", summary)
-    write_text(run_dir / "report.md", _markdown(summary, run_dir, train_dir, bench_dir, bench))
+    extra = suite_lines(evaluation, evaluation_mf) + comparison_lines(tests)
+    write_text(
+        run_dir / "report.md", _markdown(summary, run_dir, train_dir, bench_dir, bench, extra)
+    )
     return summary
 
 
@@ -154,7 +161,12 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def _markdown(
-    s: dict[str, Any], run_dir: Path, train_dir: Path, bench_dir: Path, bench: dict
+    s: dict[str, Any],
+    run_dir: Path,
+    train_dir: Path,
+    bench_dir: Path,
+    bench: dict,
+    extra: list[str] = (),
 ) -> str:
     lines = [
         f"# NCF run {run_dir.name}",
@@ -164,6 +176,7 @@ def _markdown(
         f"total {s['total_seconds']} s.",
         "",
         *accuracy_table(s),
+        *extra,
         f"Training throughput: {_fmt(s['train_samples_per_s'], ',.0f')} samples/s (mean over epochs).",
         "",
     ]

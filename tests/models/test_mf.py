@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from torch.testing import assert_close
@@ -138,6 +139,42 @@ def test_evaluate_full_ranking_matches_a_per_user_loop(
     assert not math.isnan(report["full_ranking_seconds"])
 
 
+def _flat(tree: dict, prefix: str = "") -> dict[str, float]:
+    """A nested dict of figures as one flat dict ("full/model/hr@10": ...)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}/")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def test_suite_agrees_with_the_headline_figures(mf_run: Path, etl_dir: Path, tmp_path: Path):
+    argv = ["--data", etl_dir, "--checkpoint", mf_run / checkpoint.BEST, "--device", "cpu",
+            "--full-ranking", "--suite", "--out", tmp_path / "r.json", "--threads", "1"]  # fmt: skip
+    assert evaluate.run(parse(evaluate, argv)) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    suite = r["suite"]
+    for prefix, name in (("", "model"), ("itempop_", "itempop")):
+        assert suite["sampled"][name]["hr@10"] == pytest.approx(r[f"{prefix}hr@10"], abs=1e-12)
+        assert suite["sampled"][name]["ndcg@10"] == pytest.approx(r[f"{prefix}ndcg@10"], abs=1e-12)
+        full = suite["full"][name]
+        assert full["hr@10"] == pytest.approx(r[f"{prefix}full_hr@10"], abs=1e-12)
+        assert full["precision@10"] == pytest.approx(full["hr@10"] / 10)
+        assert full["map@20"] == full["mrr@20"] >= full["mrr@10"] >= full["mrr@5"]
+        assert 0 < full["coverage@5"] <= full["coverage@10"] <= full["coverage@20"] <= 1
+    # ItemPop recommends the same few items to everyone, and popular ones
+    assert suite["full"]["itempop"]["coverage@10"] < suite["full"]["model"]["coverage@10"]
+    pops = (
+        suite["full"]["itempop"]["avg_popularity@10"],
+        suite["full"]["model"]["avg_popularity@10"],
+    )
+    assert pops[0] > pops[1]
+    with pytest.raises(ValueError, match="--per-user .* needs --suite"):
+        parse(evaluate, ["--data", etl_dir, "--checkpoint", "x.pt", "--per-user", "p.parquet"])
+
+
 @pytest.mark.distributed
 def test_full_ranking_sharded_over_two_ranks_equals_one(
     mf_run: Path, etl_dir: Path, tmp_path: Path
@@ -147,10 +184,12 @@ def test_full_ranking_sharded_over_two_ranks_equals_one(
     import sys
 
     argv = ["--data", str(etl_dir), "--checkpoint", str(mf_run / checkpoint.BEST), "--device", "cpu",
-            "--full-ranking", "--eval-batch-size", "600", "--threads", "1"]  # fmt: skip
-    assert evaluate.run(parse(evaluate, [*argv, "--out", tmp_path / "one.json"])) == 0
+            "--full-ranking", "--eval-batch-size", "600", "--threads", "1", "--suite"]  # fmt: skip
+    one_argv = [*argv, "--out", tmp_path / "one.json", "--per-user", tmp_path / "one.parquet"]
+    assert evaluate.run(parse(evaluate, one_argv)) == 0
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "ncf.cli", "evaluate", *argv, "--out", str(tmp_path / "two.json")]  # fmt: skip
+           "-m", "ncf.cli", "evaluate", *argv, "--out", str(tmp_path / "two.json"),
+           "--per-user", str(tmp_path / "two.parquet")]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = json.loads((tmp_path / "one.json").read_text())
@@ -164,3 +203,6 @@ def test_full_ranking_sharded_over_two_ranks_equals_one(
         "full_candidates_per_user",
     ):
         assert two[key] == pytest.approx(one[key], rel=1e-12), key
+    assert _flat(two["suite"]) == pytest.approx(_flat(one["suite"]), rel=1e-12)
+    per_user = [pd.read_parquet(tmp_path / f) for f in ("one.parquet", "two.parquet")]
+    pd.testing.assert_frame_equal(*per_user)  # every user's counts, gathered from both ranks

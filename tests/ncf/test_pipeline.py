@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ncf.core.dllog import read_log
@@ -82,6 +83,14 @@ def test_ncf_run_end_to_end(tmp_path):
     report = (run_dir / "report.md").read_text()
     assert "ItemPop" in report and "learning_curve.png" in report
     assert "Protocol: valid-selected" in report
+    # the metric suite and the paired NeuMF - MF test over the users of per_user.parquet
+    per_user = pd.read_parquet(run_dir / "per_user.parquet")
+    assert len(per_user) == m["users"] and "neumf_full_rank" in per_user.columns
+    for ranking in ("sampled", "full"):
+        test = m["neumf_vs_mf"][ranking]["hr@10"]
+        assert test["users"] == m["users"] and 0 < test["p"] <= 1 and test["lo"] <= test["hi"]
+    assert m["suite"]["neumf"]["full"]["model"]["coverage@10"] > 0
+    assert "NeuMF - MF, per user" in report and "| full | MF |" in report
 
 
 def test_ncf_run_stops_at_the_failing_stage_with_its_command(tmp_path):

@@ -54,3 +54,33 @@ def test_without_mf_or_full_ranking_the_table_says_n_a(tmp_path: Path):
     assert [r["ranking"] for r in s["accuracy"]] == ["ItemPop", "NeuMF"]
     md = (run / "report.md").read_text()
     assert "| NeuMF (preset small, best epoch 2) | 0.5000 | 0.3000 | n/a | n/a | n/a |" in md
+
+
+def _per_user(path: Path, greater: list[int], ties: list[int]) -> None:
+    import pandas as pd
+
+    n = len(greater)
+    frame = {"user_id": list(range(n)), "greater": greater, "ties": ties,
+             "itempop_greater": [5] * n, "itempop_ties": [0] * n}  # fmt: skip
+    pd.DataFrame(frame).to_parquet(path, index=False)
+
+
+def test_the_paired_test_and_the_per_user_file_of_the_run(tmp_path: Path):
+    import pandas as pd
+
+    from ncf.cli.comparison import PER_USER, per_user_path
+
+    run = tmp_path / "run"
+    _write(run / "evaluation.json", {"hr@10": 0.9})
+    _write(run / "evaluation-mf.json", {"hr@10": 0.5})
+    # NeuMF ranks every user's item first (one tie for user 1); MF half of them outside the top 10
+    _per_user(per_user_path(run / "evaluation.json"), [0, 0, 3, 1], [0, 1, 0, 0])
+    _per_user(per_user_path(run / "evaluation-mf.json"), [0, 20, 3, 40], [0, 0, 0, 0])
+    s = write_report(run, tmp_path / "etl", run / "train", run / "bench", [], 1.0, Path("r.csv"))
+    test = s["neumf_vs_mf"]["sampled"]["hr@10"]
+    assert test["diff"] == 0.5 and test["users"] == 4 and "full" not in s["neumf_vs_mf"]
+    ranks = pd.read_parquet(run / PER_USER)
+    assert ranks["neumf_sampled_rank"].tolist() == [0.0, 0.5, 3.0, 1.0]
+    assert ranks["mf_sampled_rank"].tolist() == [0.0, 20.0, 3.0, 40.0]
+    assert ranks["itempop_sampled_rank"].tolist() == [5.0] * 4
+    assert "| sampled | hr@10 | +0.5000 |" in (run / "report.md").read_text()
