@@ -105,3 +105,17 @@ def relu_dropout(x: torch.Tensor, p: float, bits: torch.Tensor | None = None) ->
     else:
         mask = (torch.rand(rows, width, device=x.device) >= p).to(x.dtype) * scale
     return _ReluDropout.apply(x, mask)
+
+
+def dropout(x: torch.Tensor, p: float, bits: torch.Tensor | None = None) -> torch.Tensor:
+    """Training-mode ``dropout(x, p)`` for ``x [rows, width]``, masks drawn as ``relu_dropout``
+    draws them (packed ``bits`` for ``p == 0.5``)."""
+    if p == 0.0:
+        return x
+    rows, width = x.shape
+    scale = 1.0 / (1.0 - p)
+    if bits_supported(p):
+        if bits is None:
+            bits = draw_keep_bits(rows, width, device=x.device)
+        return x * scaled_keep_mask(bits, width, scale, x.dtype)
+    return x * ((torch.rand(rows, width, device=x.device) >= p).to(x.dtype) * scale)

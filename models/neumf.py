@@ -13,7 +13,10 @@ from itertools import pairwise
 import torch
 from torch import nn
 
-from ncf.models.dropout import relu_dropout
+from ncf.models.dropout import dropout, relu_dropout
+
+DROPOUT_AT = ("relu", "input")  # after each MLP ReLU (DLE), or before each MLP Linear (RecBole)
+LINEAR_INITS = ("dle", "torch")  # Glorot/LeCun uniform (DLE), or PyTorch's default (RecBole)
 
 
 @dataclass
@@ -23,7 +26,10 @@ class NeuMFConfig:
     factors: int = 64  # GMF embedding width (DLE --factors)
     mlp_layers: list[int] = field(default_factory=lambda: [256, 256, 128, 64])  # MLP widths; the
     # first is the concatenated user+item MLP embedding, so each MLP embedding is mlp_layers[0] // 2
-    dropout: float = 0.5  # dropout after every MLP ReLU (DLE default 0.5)
+    dropout: float = 0.5  # MLP dropout rate (DLE default 0.5)
+    dropout_at: str = "relu"  # "relu": after each MLP ReLU (DLE); "input": before each MLP Linear,
+    # the concatenated MLP embeddings included (RecBole's MLPLayers)
+    linear_init: str = "dle"  # "dle": MLP Glorot, final LeCun uniform; "torch": nn.Linear's own
 
     def __post_init__(self) -> None:
         if self.num_users < 1 or self.num_items < 1:
@@ -38,6 +44,11 @@ class NeuMFConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout}: must be in [0, 1)")
+        if self.dropout_at not in DROPOUT_AT or self.linear_init not in LINEAR_INITS:
+            raise ValueError(
+                f"dropout_at={self.dropout_at!r}, linear_init={self.linear_init!r}: use one of "
+                f"{DROPOUT_AT} and one of {LINEAR_INITS}"
+            )
         self.mlp_layers = [int(x) for x in self.mlp_layers]
 
     def to_dict(self) -> dict:
@@ -77,7 +88,8 @@ class NeuMF(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """DLE's initialisation: embeddings N(0, 0.01), MLP Glorot uniform, final LeCun uniform."""
+        """DLE's initialisation: embeddings N(0, 0.01), MLP Glorot uniform, final LeCun uniform
+        (``linear_init`` "torch": the Linear layers keep nn.Linear's default)."""
         for emb in (
             self.mf_user_embed,
             self.mf_item_embed,
@@ -85,6 +97,10 @@ class NeuMF(nn.Module):
             self.mlp_item_embed,
         ):
             nn.init.normal_(emb.weight, 0.0, 0.01)
+        if self.cfg.linear_init == "torch":
+            for layer in (*self.mlp, self.final):
+                layer.reset_parameters()
+            return
         for layer in self.mlp:
             _glorot_uniform(layer)
             nn.init.zeros_(layer.bias)
@@ -105,8 +121,10 @@ class NeuMF(nn.Module):
     # The trainer's interface (ncf.models.kinds.TrainedModel); not part of the scripted model.
     @torch.jit.unused
     def dropout_widths(self):
-        """Widths of the MLP layers that dropout follows: ``mlp_layers[1:]``."""
-        return list(self.cfg.mlp_layers[1:])
+        """Widths of the activations dropout applies to: the MLP layers' outputs
+        (``mlp_layers[1:]``), or with ``dropout_at`` "input" their inputs (``mlp_layers[:-1]``)."""
+        widths = self.cfg.mlp_layers
+        return list(widths[:-1] if self.cfg.dropout_at == "input" else widths[1:])
 
     @torch.jit.unused
     def set_dropout_bits(self, bits):
@@ -121,8 +139,12 @@ class NeuMF(nn.Module):
     # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
     @torch.jit.unused
     def _mlp_train(self, x):
-        """Training MLP: ``dropout(relu(layer(x)))`` per layer, DLE's rate (see models/dropout.py)."""
+        """Training MLP: ``dropout(relu(layer(x)))`` per layer (DLE), or ``relu(layer(dropout(x)))``
+        with ``dropout_at`` "input" (RecBole); masks as models/dropout.py draws them."""
         for i, layer in enumerate(self.mlp):
             bits = None if self.dropout_bits is None else self.dropout_bits[i]
-            x = relu_dropout(layer(x), self.cfg.dropout, bits)  # [B, width]
+            if self.cfg.dropout_at == "input":
+                x = torch.relu(layer(dropout(x, self.cfg.dropout, bits)))  # [B, width]
+            else:
+                x = relu_dropout(layer(x), self.cfg.dropout, bits)  # [B, width]
         return x

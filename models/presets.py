@@ -13,6 +13,7 @@ from typing import Any
 
 from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.models.kinds import MODELS, config_class
+from ncf.models.neumf import DROPOUT_AT, LINEAR_INITS
 from ncf.models.sampling import SAMPLING_MODES
 
 # Default per-rank micro-batch cap on a CPU (``--micro-batch 0``): docs/PRESETS.md, "CPU micro-batch".
@@ -41,7 +42,18 @@ class TrainConfig(Config):
         alias="--layers",
         help="NeuMF: MLP widths, the first = the user+item MLP embedding",
     )
-    dropout: float = setting(0.5, help="NeuMF: dropout after each MLP ReLU")
+    dropout: float = setting(0.5, help="NeuMF: MLP dropout rate")
+    dropout_at: str = setting(
+        "relu",
+        choices=DROPOUT_AT,
+        help="NeuMF: dropout after each MLP ReLU (relu, DLE) or before each MLP Linear (input, "
+        "RecBole: the MLP embeddings dropped out too)",
+    )
+    linear_init: str = setting(
+        "dle",
+        choices=LINEAR_INITS,
+        help="NeuMF: Linear layers Glorot/LeCun uniform (dle) or nn.Linear's default (torch, RecBole)",
+    )
     topk: int = setting(DEFAULT_TOPK, help="K of HR@K / NDCG@K")
     threshold: float = setting(1.0, help="stop once the selection HR@K reaches this (1.0: never)")
     patience: int = setting(

@@ -74,3 +74,31 @@ def test_empty_micro_batch():
     out = relu_dropout(x, 0.5, draw_keep_bits(0, 16))
     out.sum().backward()
     assert out.shape == (0, 16) and x.grad.shape == (0, 16)
+
+
+def test_dropout_at_input_drops_each_linear_input_with_the_drawn_bits():
+    """RecBole's placement: relu(layer(dropout(x))) per layer; the MLP embeddings are dropped too."""
+    cfg = NeuMFConfig(num_users=6, num_items=6, factors=4, mlp_layers=[8, 6, 4], dropout_at="input")
+    model = NeuMF(cfg).train()
+    assert model.dropout_widths() == [8, 6]  # the inputs of the two Linear layers
+    g = torch.Generator().manual_seed(3)
+    bits = [draw_keep_bits(6, w, g) for w in model.dropout_widths()]
+    model.set_dropout_bits(bits)
+    u = torch.arange(6)
+    x = torch.cat((model.mlp_user_embed(u), model.mlp_item_embed(u)), dim=1)
+    for layer, b, w in zip(model.mlp, bits, (8, 6), strict=True):
+        x = torch.relu(layer(x * scaled_keep_mask(b, w, 2.0, torch.float32)))
+    want = model.final(torch.cat((model.mf_user_embed(u) * model.mf_item_embed(u), x), 1))
+    assert_close(model(u, u), want.squeeze(1))
+    assert NeuMF(NeuMFConfig(6, 6, 4, [8, 4])).dropout_widths() == [4]  # after each ReLU (DLE)
+
+
+def test_linear_init_torch_keeps_nn_linear_default():
+    torch.manual_seed(0)
+    ours = NeuMF(NeuMFConfig(6, 6, 4, [8, 4], linear_init="torch"))
+    torch.manual_seed(0)
+    reference = NeuMF(NeuMFConfig(6, 6, 4, [8, 4]))
+    assert not torch.equal(ours.final.bias, torch.zeros(1))  # nn.Linear's uniform bias
+    assert not torch.equal(ours.mlp[0].weight, reference.mlp[0].weight)
+    with pytest.raises(ValueError, match="dropout_at='after'"):
+        NeuMFConfig(6, 6, dropout_at="after")
