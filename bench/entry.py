@@ -6,7 +6,9 @@ this module writes as ``<results-dir>/<name>.json`` and ``.md`` (and ``.png`` wh
 ``Plot`` and ``--no-plot`` is not given). The JSON holds the resolved config (``"config"``) and the
 command as the user typed it: ``python -m ncf.bench.X ARGS`` (the module's ``__main__`` block is
 ``sys.exit(entry.main(sys.modules[__name__]))``) or ``ncf bench NAME ARGS`` (bench/cli.py); both
-call ``run_bench``. Config files of a bench are those of stage ``bench NAME``.
+call ``run_bench``. Config files of a bench are those of stage ``bench NAME``. Results in the way
+that no bench wrote are refused before the run: under ``results_name(cfg)`` where the module
+defines it, else ``cfg.name``.
 """
 
 from __future__ import annotations
@@ -96,8 +98,11 @@ def execute(module: ModuleType, cfg: Config, command: str, prog: str) -> int:
     try:
         if hasattr(cfg, "resolved"):  # settings whose default depends on others, filled in
             cfg = cfg.resolved()
-        if isinstance(getattr(cfg, "name", None), str) and hasattr(cfg, "results_dir"):
-            check_results_replaceable(Path(cfg.results_dir), cfg.name)  # before measuring
+        name = module.results_name(cfg) if hasattr(module, "results_name") else None
+        if name is None and isinstance(getattr(cfg, "name", None), str):
+            name = cfg.name
+        if name and hasattr(cfg, "results_dir"):
+            check_results_replaceable(Path(cfg.results_dir), name)  # before measuring
         out = module.run(cfg)
         if isinstance(out, Results):
             out.extra = {**out.extra, "config": cfg.to_dict()}

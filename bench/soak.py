@@ -36,6 +36,7 @@ SUMMARY_COLUMNS = (
     "requests_per_s",
     *LoadStats.KEYS,
     "aborts",
+    "restarts",
     "in_flight_at_abort",
     "sent_while_down",
     "valid_lost",
@@ -103,6 +104,11 @@ class SoakBench(Config):
 CONFIG = SoakBench
 
 
+def results_name(args: SoakBench) -> str:
+    """The name of the results this run writes."""
+    return f"{args.name}-hog" if args.hog else args.name
+
+
 HOG_COLUMNS = ("model", "quiet_req_s", "hog_req_s", "kept", "passed")
 
 
@@ -120,7 +126,7 @@ def run_hog(args: SoakBench) -> Results:
             args.seed,
         )
     return Results(
-        f"{args.name}-hog",
+        results_name(args),
         rows,
         HOG_COLUMNS,
         f"Batch-1 throughput quiet and beside {args.hog} busy processes ({args.name}-hog)",

@@ -9,7 +9,6 @@ Kept free of torch: the parent never imports it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from pathlib import Path
 from typing import Any
@@ -107,8 +106,4 @@ class TrainPoint:
     @classmethod
     def load(cls, path: str | Path) -> TrainPoint:
         """Read a point ``save`` wrote; a ValueError names the file and what is wrong."""
-        try:
-            values = textfile.read_json(path)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON ({exc})") from None
-        return cls.from_dict(values, str(path))
+        return cls.from_dict(textfile.read_json(path), str(path))

@@ -35,9 +35,9 @@ from ncf.models.metrics import (
     seen_csr,
 )
 from ncf.models.presets import DEFAULT_EVAL_BATCH, DEFAULT_TOPK
+from ncf.models.ranks import CPU_EVAL_CHUNK
 from ncf.models.runtime import configure, default_threads
 
-CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
 # users [U], items [C] (int64, on one device) -> float scores [U, C]
 Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -388,7 +388,9 @@ def run(cfg: EvaluateConfig) -> int:
     if cfg.out:  # before the scoring: a result that cannot be written is refused at once
         check_file_replaceable(cfg.out, "evaluate", cfg.force, None, recognise=is_report)
     if cfg.per_user:
-        check_file_replaceable(cfg.per_user, "evaluate", cfg.force, None, recognise=is_per_user)
+        check_file_replaceable(
+            cfg.per_user, "evaluate", cfg.force, None, recognise=is_per_user, flag="--per-user"
+        )
     with process_group(cfg.device) as env:
         threads = cfg.threads or default_threads(env.local_world_size)
         configure(env.device, threads, deterministic=False)

@@ -32,7 +32,7 @@ from ncf.models.metrics import (
 )
 
 MISS = 2**31 - 1  # greater of a held-out item that cannot be ranked (NaN or excluded score)
-CPU_CHUNK = 1 << 21  # scores per chunk on the CPU
+CPU_EVAL_CHUNK = 1 << 16  # samples scored at once on a CPU: activations stay cache-sized
 
 
 def _gathered(shard: torch.Tensor, first: int, total: int, env: DistEnv) -> torch.Tensor:
@@ -43,7 +43,7 @@ def _gathered(shard: torch.Tensor, first: int, total: int, env: DistEnv) -> torc
 
 
 def _chunk(batch_size: int, per_user: int, env: DistEnv) -> int:
-    cap = batch_size if env.device.type == "cuda" else min(batch_size, CPU_CHUNK)
+    cap = batch_size if env.device.type == "cuda" else min(batch_size, CPU_EVAL_CHUNK)
     return max(1, cap // per_user)
 
 
@@ -103,13 +103,12 @@ def full_ranks(
         e = min(s + step, last)
         users = data.test_users[s:e].long()
         scores = scorer(users, items).float()  # [u, C]
-        mask_seen(scores, users, indptr, cols)  # what the user would be recommended from
-        top = scores.topk(kmax, dim=1).indices  # [u, kmax], the held-out item may be among them
+        # the top lists first, on a copy: full_rank_counts reads the held-out score unmasked
+        top = _top_items(scores.clone(), users, indptr, cols, kmax)  # [u, kmax]
         for key, value in coverage_popularity(top, popularity, ks).items():
             sums[key] += value.double()
-        g, t, pos, c = full_rank_counts(
-            scores, data.test_items[s:e].long() - lo, users, indptr, cols
-        )
+        pos_cols = data.test_items[s:e].long() - lo
+        g, t, pos, c = full_rank_counts(scores, pos_cols, users, indptr, cols)
         parts["greater"].append(g.masked_fill(~(pos > float("-inf")), MISS))
         parts["ties"].append(t)
         parts["candidates"].append(c)
@@ -123,6 +122,13 @@ def full_ranks(
         out[f"coverage@{k}"] = (sums[f"hit@{k}"] > 0).double().mean()
         out[f"avg_popularity@{k}"] = sums[f"pop_sum@{k}"] / max(1, n_users * min(k, kmax))
     return out
+
+
+def _top_items(scores, users, indptr, cols, k: int) -> torch.Tensor:
+    """Catalogue columns ``[u, k]`` of each user's best items among those it has not interacted
+    with (``scores [u, C]`` is masked in place): what it would be recommended."""
+    mask_seen(scores, users, indptr, cols)
+    return scores.topk(k, dim=1).indices
 
 
 def figures(greater: torch.Tensor, ties: torch.Tensor, ks: tuple[int, ...] = SUITE_KS) -> dict:

@@ -235,27 +235,30 @@ def _worker(n, protocol, url, maker, deadline, invalid_fraction, seed, stats: Lo
         conn[1].close()
 
 
-def _injector(http_url: str, start: float, abort_at_s, sent: list[float]) -> None:
-    """Send the aborting request at ``start + s`` for each ``s`` of ``abort_at_s``."""
+def _injector(http_url: str, start: float, abort_at_s, sent: list[tuple[float, int]]) -> None:
+    """Send the aborting request at ``start + s`` for each ``s`` of ``abort_at_s``; records
+    (time sent, HTTP status: 0 when the server died) of each."""
     for at in abort_at_s:
         time.sleep(max(0.0, start + at - time.monotonic()))
-        sent.append(time.monotonic())
-        send_aborting_request(http_url)
+        t = time.monotonic()
+        sent.append((t, send_aborting_request(http_url)))
 
 
 def outages(aborts: list[float], ready: list[float], end: float) -> list[tuple[float, float]]:
     """(from, to) of each outage: an aborting request until the first "ready again" after it
-    (``end`` when the server was not ready again by then).
+    that no earlier outage took (``end`` when the server was not ready again by then).
 
     Parameters
     ----------
     aborts, ready
         ``time.monotonic()`` of each aborting request sent and of each restart's readiness.
     """
-    spans = []
+    spans, free = [], sorted(ready)
     for sent in sorted(aborts):
-        after = [t for t in ready if t >= sent]
-        spans.append((sent, min(after) if after else end))
+        after = [t for t in free if t >= sent]
+        if after:
+            free.remove(after[0])
+        spans.append((sent, after[0] if after else end))
     return spans
 
 
@@ -349,7 +352,9 @@ def run_load(
         )
         for n in range(concurrency)
     ]
-    sent: list[float] = []
+    sent: list[tuple[float, int]] = []
+    if abort_at_s:  # memory is sampled before the first abort, of the first server
+        warmup_s = min(warmup_s, 0.5 * min(abort_at_s))
     threads.append(
         threading.Thread(target=_injector, args=(http_url, start, abort_at_s, sent), daemon=True)
     )
@@ -362,15 +367,18 @@ def run_load(
         t.join()
     elapsed = time.monotonic() - start
     rss_end = server_rss_bytes(pid())
-    down = outages(sent, list(ready_times or []), time.monotonic())
+    ready = list(ready_times or [])
+    down = outages([t for t, _ in sent], ready, time.monotonic())
     report = _report(stats, maker, http_url, elapsed, concurrency, rss_warm, rss_end)
+    report["abort_statuses"] = [status for _, status in sent]
+    report["restarts"] = len(ready)
     return _restarts(report, stats, down)
 
 
 def _restarts(report: dict, stats: LoadStats, down: list[tuple[float, float]]) -> dict:
-    """Add the outages to ``report``; with aborts, ``passed`` asks that no valid request was
-    lost outside them and that each abort was followed by a restart (memory is not compared:
-    the server is a new process)."""
+    """Add the outages to ``report``; with aborts, ``passed`` asks that each abort killed the
+    server (no HTTP answer) and was followed by exactly one restart, and that no valid request
+    was lost outside the outages (memory is not compared: the server is a new process)."""
     kinds = classify_failures(stats.valid_unanswered, down)
     lost = kinds["lost"]
     report["aborts"] = len(down)
@@ -383,6 +391,8 @@ def _restarts(report: dict, stats: LoadStats, down: list[tuple[float, float]]) -
         counts = report
         report["passed"] = bool(
             lost == 0
+            and all(status == 0 for status in report["abort_statuses"])
+            and report["restarts"] == len(down)
             and counts["invalid_accepted"] == 0
             and counts["invalid_rejected"] > 0
             and all(b - a < 60 for a, b in down)

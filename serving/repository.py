@@ -83,10 +83,10 @@ def is_export(folder: str | os.PathLike) -> bool:
 
 
 def is_definition(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` holds only a python model's source files (the committed ``1/``, or its
-    copy in a new repository, with the ``__pycache__`` a server may have left): the export fills
-    it, nothing in it is lost."""
-    return all(
+    """Whether ``folder`` is a python model's definition folder: ``1/`` holding only source files
+    (the committed one, or its copy in a new repository, with the ``__pycache__`` a server may
+    have left). The export fills it; nothing in it is lost."""
+    return Path(folder).name == DEFINITION_VERSION and all(
         (p.is_file() and p.suffix == ".py") or (p.is_dir() and p.name == "__pycache__")
         for p in Path(folder).iterdir()
     )
@@ -175,8 +175,8 @@ def _definition_dir(model_dir: Path, template: Path) -> Path | None:
         numbered = sorted(
             (int(p.name), p) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit()
         )
-        for _, folder in reversed(numbered):
-            if list(folder.glob("*.py")):
+        for _, folder in reversed(numbered):  # only what an export or the definitions wrote
+            if (is_export(folder) or is_definition(folder)) and list(folder.glob("*.py")):
                 return folder
     src = template / model_dir.name / DEFINITION_VERSION
     return src if src.is_dir() else None
@@ -222,6 +222,8 @@ def write_repository(
     ensure_definitions(repo, template)
     version = next_version(repo) if version is None else version
     helpers = python_helpers(template)
+    for model in MODEL_ARTIFACTS:  # every target checked before anything is written
+        check_target(repo / model / str(version))
     atomic.clean_stale(repo / "export")  # the .tmp-export-* staging folder of a killed export
     for model in MODEL_ARTIFACTS:  # and the half-built version folders it left
         for old in range(1, version + 1):
@@ -249,7 +251,6 @@ def write_repository(
 def _write_version(
     target: Path, staging: Path, source: Path | None, manifest: dict, helpers: list[Path]
 ) -> dict:
-    check_target(target)
     with atomic.atomic_dir(target, overwrite=True) as tmp:
         tmp.chmod(0o755)  # mkdtemp made it 0700
         for py in source.glob("*.py") if source is not None else ():  # the python model

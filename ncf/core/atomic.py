@@ -166,8 +166,9 @@ def check_file_replaceable(
     record: str | os.PathLike | None,
     inputs: tuple[str | os.PathLike, ...] = (),
     recognise: Callable[[Path], bool] | None = None,
+    flag: str = "--out",
 ) -> None:
-    """Raise unless the file output ``path`` may be written by ``ncf OWNER``.
+    """Raise unless the file output ``path`` (given by ``flag``) may be written by ``ncf OWNER``.
 
     An absent ``path`` may; an existing file only with ``force`` and only when ``record`` (the
     config file the command writes beside its output) names ``owner``, or, for a command that
@@ -185,10 +186,10 @@ def check_file_replaceable(
         return
     for given in inputs:
         if Path(given).resolve() == path.resolve():
-            raise ValueError(f"--out {path} is the command's input: choose another output file")
+            raise ValueError(f"{flag} {path} is the command's input: choose another output file")
     if path.is_dir():
         raise FileExistsError(
-            f"{path} is {_describe(path)}, not a file `ncf {owner}` wrote: choose another --out, or move that folder away"
+            f"{path} is {_describe(path)}, not a file `ncf {owner}` wrote: choose another {flag}, or move that folder away"
         )
     mine = (
         written_by(record) == owner if record is not None else bool(recognise and recognise(path))
@@ -200,7 +201,7 @@ def check_file_replaceable(
     how = f" (no {Path(record).name} of `ncf {owner}` beside it)" if record is not None else ""
     raise FileExistsError(
         f"{path} is a file not written by `ncf {owner}`{how}: `ncf {owner}` replaces only its own "
-        "output (with --force); choose another --out, or move that file away"
+        f"output (with --force); choose another {flag}, or move that file away"
     )
 
 

@@ -51,7 +51,7 @@ def test_missing_fields_and_non_objects(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="x.json: expected a JSON object, got list"):
         TrainPoint.from_dict([1], "x.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="bad.json: not JSON"):
+    with pytest.raises(ValueError, match="bad.json: line 1 column 2: not valid JSON"):
         TrainPoint.load(tmp_path / "bad.json")
 
 

@@ -71,3 +71,24 @@ def test_coverage_and_popularity_of_top_lists() -> None:
     assert out["hit@3"].tolist() == [True, True, True, True, False]
     assert_close(out["pop_sum@1"], torch.tensor(15.0, dtype=torch.float64))
     assert_close(out["pop_sum@3"], torch.tensor(31.0, dtype=torch.float64))
+
+
+def test_full_ranks_rank_a_held_out_item_that_is_also_known():
+    """A repeated interaction: the held-out item is among the user's known items. It is still
+    ranked (as the headline full ranking does), against the unknown items only."""
+    from types import SimpleNamespace
+
+    from ncf.models.distributed import DistEnv
+    from ncf.models.ranks import MISS, full_ranks
+
+    data = SimpleNamespace(
+        item_range=(0, 4), num_users=1, test_users=torch.tensor([0]), test_items=torch.tensor([2]),
+        train_items=torch.tensor([1, 2]),
+    )  # fmt: skip
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.3]])
+    env = DistEnv(0, 1, 0, 1, torch.device("cpu"))
+    known = (torch.tensor([0, 0]), torch.tensor([1, 2]))
+    r = full_ranks(lambda u, i: scores.clone(), data, env, 1024, known, ks=(1, 2))
+    assert r["greater"].tolist() == [0] and r["greater"].tolist() != [MISS]  # 0.5 beats 0.1, 0.3
+    assert r["candidates"].tolist() == [3]  # items 0 and 3, and the held-out one
+    assert float(r["coverage@1"]) == 0.25 and float(r["coverage@2"]) == 0.5  # items 3, then 0

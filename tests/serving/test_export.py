@@ -235,14 +235,21 @@ def test_export_never_replaces_or_prunes_a_folder_it_did_not_write(
     theirs.mkdir()
     (theirs / names.MANIFEST_FILE).write_text('{"note": "mine"}')
     (theirs / "weights.bin").write_bytes(b"precious")
+    script = repo / names.MODEL_NEUMF / "5"  # and a folder of theirs holding only a model.py
+    script.mkdir()
+    (script / "model.py").write_text("# mine")
     second = export.export_repository(checkpoint, etl_dir, repo, keep_versions=1)
-    assert second["version"] == 3  # past every numbered folder, not into theirs
+    assert second["version"] == 6  # past every numbered folder, not into theirs
+    assert (script / "model.py").read_text() == "# mine"  # neither replaced nor copied
+    assert (repo / names.MODEL_NEUMF / "6" / "model.py").read_text() != "# mine"
     assert (theirs / "weights.bin").read_bytes() == b"precious"
-    assert repository.versions(repo / names.MODEL_NEUMF) == [3]  # ours pruned, theirs kept
+    assert repository.versions(repo / names.MODEL_NEUMF) == [6]  # ours pruned, theirs kept
     assert str(theirs) not in second["pruned"]
     with pytest.raises(FileExistsError, match=r"neumf/2 is a folder holding manifest.json"):
         repository.check_target(theirs)
-    repository.check_target(repo / names.MODEL_NEUMF / "3")  # an export's own: replaceable
+    repository.check_target(repo / names.MODEL_NEUMF / "6")  # an export's own: replaceable
+    with pytest.raises(FileExistsError, match=r"neumf/5 is a folder holding model.py"):
+        repository.check_target(script)
 
 
 def test_pruning_the_project_repository_keeps_its_committed_python_models(
