@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,10 +142,7 @@ def run(args: SoakBench) -> Results:
     with TritonServer(args.repo) as server:
         # the serving policy's bound, with the short back-off of the first restart each time
         supervisor = Supervisor(server, RestartPolicy(backoff_s=(1.0,)), log=_log)
-        stop = threading.Event()
-        keeper = threading.Thread(target=supervisor.keep_up, args=(stop, 0.2), daemon=True)
-        keeper.start()
-        try:
+        with supervisor.kept_up(0.2):
             report = run_load(
                 server.http_url,
                 server.grpc_url,
@@ -157,9 +153,6 @@ def run(args: SoakBench) -> Results:
                 ready_times=supervisor.ready_at,
                 **options,
             )
-        finally:
-            stop.set()
-            keeper.join()
     return Results(
         args.name,
         [summary_row(report)],

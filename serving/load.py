@@ -105,8 +105,9 @@ class RequestMaker:
 ABORTING_ROWS = 2**63 - 1
 
 
-def send_aborting_request(http_url: str, timeout: float = 30.0) -> int:
-    """POST an ensemble request declaring ``[ABORTING_ROWS, 1]`` inputs with one element each.
+def post_ensemble(http_url: str, rows: int, data: list[int], timeout: float = 30.0) -> int:
+    """POST a JSON request to the ``ncf`` ensemble declaring ``[rows, 1]`` raw user and item ids
+    holding ``data`` (a declared shape may disagree with the data: that is what is tested).
 
     Returns
     -------
@@ -115,7 +116,7 @@ def send_aborting_request(http_url: str, timeout: float = 30.0) -> int:
     """
     body = {
         "inputs": [
-            {"name": name, "shape": [ABORTING_ROWS, 1], "datatype": "INT64", "data": [1]}
+            {"name": name, "shape": [rows, 1], "datatype": "INT64", "data": data}
             for name in (names.INPUT_RAW_USER, names.INPUT_RAW_ITEM)
         ]
     }
@@ -131,6 +132,12 @@ def send_aborting_request(http_url: str, timeout: float = 30.0) -> int:
         return exc.code
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0
+
+
+def send_aborting_request(http_url: str) -> int:
+    """The request that aborts tritonserver 2.51: ``[ABORTING_ROWS, 1]`` declared, one element
+    sent; its HTTP status (0: the server died)."""
+    return post_ensemble(http_url, ABORTING_ROWS, [1])
 
 
 # gRPC status codes that mean "the request never got an answer", not "the server rejected it".

@@ -12,12 +12,13 @@ the supervisor gives up and the caller exits non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,6 +158,18 @@ class Supervisor:
         self.ready_at.append(self.clock())
         self.log(f"tritonserver ready again (pid {self.server.pid})")
         return True
+
+    @contextlib.contextmanager
+    def kept_up(self, interval_s: float = 0.5) -> Iterator[Supervisor]:
+        """Run ``keep_up`` in a thread for the block (stopped and joined at its end)."""
+        stop = threading.Event()
+        keeper = threading.Thread(target=self.keep_up, args=(stop, interval_s), daemon=True)
+        keeper.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            keeper.join()
 
     def keep_up(
         self,

@@ -108,10 +108,7 @@ def test_mixed_load_with_an_aborting_request_loses_only_what_was_in_flight(
     with TritonServer(repo, log_path=tmp_path / "server.log") as server:
         first = server.pid
         supervisor = Supervisor(server, RestartPolicy(backoff_s=(0.5,)), log=logged.append)
-        stop = threading.Event()
-        keeper = threading.Thread(target=supervisor.keep_up, args=(stop, 0.1), daemon=True)
-        keeper.start()
-        try:
+        with supervisor.kept_up(0.1):
             report = run_load(
                 server.http_url,
                 server.grpc_url,
@@ -123,9 +120,6 @@ def test_mixed_load_with_an_aborting_request_loses_only_what_was_in_flight(
                 abort_at_s=(4.0,),
                 ready_times=supervisor.ready_at,
             )
-        finally:
-            stop.set()
-            keeper.join()
         assert server.pid != first and len(supervisor.ready_at) == 1, logged
     assert report["aborts"] == report["restarts"] == 1 and report["outage_s"][0] < 60, report
     assert report["abort_statuses"] == [0]  # the server died mid-request

@@ -3,44 +3,21 @@ ports, after removing the shared memory the dead server left; bounded restarts w
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from ncf.core import names
+from ncf.serving.load import ABORTING_ROWS, post_ensemble
 from ncf.serving.server import TritonServer
 from ncf.serving.supervisor import RestartPolicy, Supervisor, exit_cause, remove_stale_shm
 
 # The request that aborts tritonserver 2.51 (docs/FACTS.md): a shape of 2**63 - 1 rows, one element.
-HUGE = 2**63 - 1
-
-
-def _infer(url: str, rows: int, data: list[int]) -> int:
-    """POST an ``ncf`` ensemble request over HTTP; the HTTP status (0: connection dropped)."""
-    body = {
-        "inputs": [
-            {"name": name, "shape": [rows, 1], "datatype": "INT64", "data": data}
-            for name in (names.RAW_USER, names.RAW_ITEM)
-        ]
-    }
-    req = urllib.request.Request(
-        f"http://{url}/v2/models/{names.MODEL_ENSEMBLE}/infer",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, ConnectionError):
-        return 0
+HUGE = ABORTING_ROWS
+_infer = post_ensemble  # (url, rows, data) -> HTTP status, 0: connection dropped
 
 
 @pytest.mark.parametrize(
