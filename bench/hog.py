@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ncf.bench.entry import BenchError
 from ncf.core import names
 from ncf.serving.client import IdPool, connect, infer
 
@@ -47,7 +48,9 @@ def hogs(count: int) -> Iterator[list[subprocess.Popen]]:
             proc.wait()
 
 
-def _client(url, model, pool, until, seed, counts, n) -> None:
+def _client(url, model, pool, until, seed, counts, errors, n) -> None:
+    """One closed-loop client; a failed request ends it and is recorded in ``errors`` (a failure
+    must fail the bench, never read as a lower throughput)."""
     rng = np.random.default_rng([seed, n])
     conn = connect("http", url)
     warm = time.monotonic() + WARMUP_S
@@ -56,6 +59,8 @@ def _client(url, model, pool, until, seed, counts, n) -> None:
             infer(conn, model, pool.inputs(model, 1, 10, rng), OUTPUTS[model])
             if now >= warm:
                 counts[n] += 1
+    except Exception as exc:  # noqa: BLE001 (reported by rate, in the main thread)
+        errors.append(f"{model}: {type(exc).__name__}: {exc}")
     finally:
         conn[1].close()
 
@@ -63,16 +68,18 @@ def _client(url, model, pool, until, seed, counts, n) -> None:
 def rate(url: str, model: str, pool: IdPool, seconds: float, concurrency: int, seed: int) -> float:
     """Requests/s of ``model`` at batch 1 from ``concurrency`` closed-loop HTTP clients, over
     ``seconds`` after ``WARMUP_S`` of warm-up."""
-    counts = [0] * concurrency
+    counts, errors = [0] * concurrency, []
     until = time.monotonic() + WARMUP_S + seconds
     threads = [
-        threading.Thread(target=_client, args=(url, model, pool, until, seed, counts, n))
+        threading.Thread(target=_client, args=(url, model, pool, until, seed, counts, errors, n))
         for n in range(concurrency)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise BenchError(f"a request failed while measuring throughput: {errors[0]}")
     return sum(counts) / seconds
 
 

@@ -38,3 +38,20 @@ def test_hogs_spin_while_the_block_runs_and_are_gone_after():
     with hog.hogs(2) as procs:
         assert all(p.poll() is None for p in procs)
     assert all(p.returncode is not None for p in procs)
+
+
+def test_a_failed_request_fails_the_throughput_measure(monkeypatch):
+    """No server at the address: the clients' errors end the bench, not a throughput of 0."""
+    from ncf.bench.entry import BenchError
+    from ncf.core import names
+
+    class Pool:
+        def inputs(self, model, batch, k, rng):
+            return []
+
+    def refuse(conn, model, inputs, outputs):
+        raise ConnectionRefusedError("no server")
+
+    monkeypatch.setattr(hog, "infer", refuse)
+    with pytest.raises(BenchError, match="neumf: ConnectionRefusedError: no server"):
+        hog.rate("127.0.0.1:9", names.MODEL_NEUMF, Pool(), 0.1, 2, 1)
