@@ -395,13 +395,12 @@ def _restarts(report: dict, stats: LoadStats, down: list[tuple[float, float]]) -
     report["sent_while_down"] = kinds["while_down"]
     report["lost_in_restart"] = kinds["in_flight"] + kinds["while_down"]
     if down:
-        counts = report
         report["passed"] = bool(
             lost == 0
             and all(status == 0 for status in report["abort_statuses"])
             and report["restarts"] == len(down)
-            and counts["invalid_accepted"] == 0
-            and counts["invalid_rejected"] > 0
+            and report["invalid_accepted"] == 0
+            and report["invalid_rejected"] > 0
             and all(b - a < 60 for a, b in down)
             and report["answers_after"]
         )
