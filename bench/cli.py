@@ -39,6 +39,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     # not part of `ncf bench all`: RecBole in its own venv (`make peers`), and a diagnostic
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
+    "transfer": (
+        "ncf.bench.transfer",
+        "candidate training defaults on several data sets, validation only",
+    ),
     "profile": ("ncf.bench.profile_step", "torch.profiler table of one training step's operators"),
     "readme": ("ncf.bench.readme", "rewrite the README results section from bench/results"),
 }

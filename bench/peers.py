@@ -138,9 +138,24 @@ def write_candidates(etl: Path, path: Path) -> Path:
     return path
 
 
+def reusable(job_file: Path, job: dict[str, Any]) -> bool:
+    """True if an earlier bench ran this very job to the end: its job file equals ``job`` and its
+    result and scores exist (a killed bench resumes with the runs it finished)."""
+    if not (job_file.is_file() and Path(job["out"]).is_file()):
+        return False
+    result = textfile.read_json(job["out"])
+    done = Path(result.get("scores_file") or job["out"]).is_file()
+    return textfile.read_json(job_file) == job and done
+
+
 def run_job(python: Path, job: dict[str, Any], work: Path) -> dict[str, Any]:
     """Run one job in the peers' interpreter (cwd ``work``: RecBole writes log/ there)."""
     job_file = Path(job["out"]).with_suffix(".job.json")
+    if reusable(job_file, job):
+        print(f"ncf bench peers: {job['model']} seed {job['seed']}: reused {job['out']} (same job)",
+              file=sys.stderr)  # fmt: skip
+        return textfile.read_json(job["out"])
+    Path(job["out"]).unlink(missing_ok=True)  # ours: written by the runner of this job file
     job_file.write_text(json.dumps(job, indent=2) + "\n")
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     cmd = [str(python.absolute()), str(RUNNER), str(job_file.absolute())]
@@ -152,8 +167,9 @@ def run_job(python: Path, job: dict[str, Any], work: Path) -> dict[str, Any]:
     return textfile.read_json(job["out"])
 
 
-def ours_metrics(scores_file: Path) -> dict[str, float]:
-    """HR@10 / NDCG@10 of the scores of our candidates, by our own metric code."""
+def ours_metrics(scores_file: Path) -> dict[str, Any]:
+    """HR@10 / NDCG@10 of the scores of our candidates, by our own metric code, and the per-user
+    test HR@10 (``test_hits``)."""
     out = {}
     with np.load(scores_file) as arrays:
         for split in ("valid", "test"):
@@ -161,6 +177,8 @@ def ours_metrics(scores_file: Path) -> dict[str, float]:
             pos = torch.where(torch.isinf(s[:, 0]), torch.nan, s[:, 0])  # unknown item: a miss
             hr, ndcg = hit_ndcg(pos, s[:, 1:], k=10)
             out[f"{split}_hr10"], out[f"{split}_ndcg10"] = hr.mean().item(), ndcg.mean().item()
+            if split == "test":  # per test user, in the ETL's user order: for paired tests
+                out["test_hits"] = [round(h, 6) for h in hr.tolist()]
     return out
 
 
@@ -209,12 +227,17 @@ def run(cfg: PeersBench) -> Results:
             }
             result = run_job(python, job, work)
             if candidates is not None:
-                result["ours"] = ours_metrics(Path(result.pop("scores_file")))
+                scores = ours_metrics(Path(result["scores_file"]))
+                result["ours_test_hits"] = scores.pop("test_hits")
+                result["ours"] = scores
             results.append(result)
             rows += rows_of(result)
     title = (f"RecBole 1.2.1 on our split of {etl.resolve().name} ({cfg.epochs} epochs; epoch "
              "chosen on RecBole's validation NDCG@10; protocol: whose test negatives)")  # fmt: skip
     extra = {"etl": str(etl), "atomic_rows": counts, "runs": results}
+    if candidates is not None:  # the users of every run's ours_test_hits, in that order
+        with np.load(candidates) as arrays:
+            extra["test_users"] = arrays["test_users"].tolist()
     return Results(name, rows, COLUMNS, title, cfg.results_dir, extra)
 
 

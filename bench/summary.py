@@ -19,8 +19,8 @@ REFERENCE = {
     "train_cpu": ("45,000 samples/s, 11.8 GB", "DLE model + step, this CPU, batch 1M fp32"),
     "train_gpu": ("22.6M (TF32) / 34.1M (AMP) samples/s", "DLE, one A100-40G, batch 1M"),
     "epochs30": ("140.8 s (TF32) / 94.2 s (AMP)", "DLE, one A100, ML-20m"),
-    "small": ("HR@10 0.687-0.698, NDCG@10 0.448-0.459", "RecBole 1.2.1 NeuMF, same data, this CPU"),
 }
+RECBOLE_SOURCE = "RecBole 1.2.1 NeuMF (`ncf bench peers`), same split and seeds, this CPU"
 
 
 def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
@@ -78,8 +78,19 @@ def headline_rows(results_dir: Path = RESULTS_DIR) -> list[tuple[str, str, str, 
             )
         )
     if small := _load(results_dir, "train-small"):
-        out.append((*_small_row(small), *REFERENCE["small"]))
+        out.append((*_small_row(small), *_recbole_cells(small)))
     return out
+
+
+def _recbole_cells(small: dict) -> tuple[str, str]:
+    """RecBole's figure beside ours: only one the harness measured on the same split and seeds."""
+    rb = small["summary"].get("recbole_hr@10")
+    if not rb:
+        return "not measured on this split", "`ncf bench train --preset-check ... --peers NAME`"
+    text = f"HR@10 {rb['mean']:.3f} ({rb['min']:.3f}-{rb['max']:.3f})"
+    if versus := small.get("versus_recbole"):
+        text += f"; ours - RecBole {versus['diff']:+.3f} [{versus['lo']:+.3f}, {versus['hi']:+.3f}]"
+    return text, RECBOLE_SOURCE
 
 
 def _small_row(small: dict) -> tuple[str, str]:

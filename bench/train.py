@@ -109,6 +109,11 @@ class TrainBench(Config):
         "",
         help="--preset-check: also train this preset per seed as the MF baseline (e.g. mf-small)",
     )
+    peers: str = setting(
+        "",
+        help="--preset-check: results name of `ncf bench peers` on the same ETL (e.g. "
+        "peers-small): RecBole's NeuMF per seed beside ours, and a paired bootstrap over users",
+    )
 
     def resolved(self) -> TrainBench:
         """The precisions filled in for the device, the timed run's precision from them."""
@@ -187,6 +192,7 @@ def run(args: TrainBench) -> Results:
             name,
             args.results_dir,
             baseline=args.baseline_preset or None,
+            peers=args.peers,
         )
     precisions = args.precisions
     data = args.data

@@ -41,6 +41,7 @@ from ncf.models.presets import (
     preset_values,
 )
 from ncf.models.runtime import configure, default_threads
+from ncf.models.selection import metric_keys, should_stop
 from ncf.models.train import CONFIG_FILE, TrainRunConfig
 from ncf.models.trainer import RunOptions, Trainer
 
@@ -50,6 +51,9 @@ BEST_FILE, PLOT_FILE, STUDY_FILE, LOCK_FILE = "best.json", "trials.png", "study.
 # Test hook: SIGKILL the search in the first epoch of the trial that follows this many finished ones.
 KILL_ENV = "NCF_TUNE_KILL_AFTER"
 PRUNER_WARMUP_EPOCHS = 1  # never prune on the first epoch alone (its HR is noisy)
+# Training samples/s of one CPU thread at the searched batch sizes, for the cost printed before a
+# search (docs/PRESETS.md, "What a search costs"); more threads scale it, a GPU beats it.
+CPU_SAMPLES_PER_S_PER_THREAD = 60_000
 
 # The search spaces, by model kind: TrainConfig field -> Optuna distribution. Everything else comes
 # from the base config (--preset / --config / flags). Written into best.json with the trial counts.
@@ -138,21 +142,25 @@ def run_trial(trial: Any, search: Search) -> float:
     cfg = search.base.replace(**suggest(trial, search.space))
     cfg.check()
     trainer = Trainer(search.data, cfg, search.env, search.opts)
-    best = -1.0
+    best, history = -1.0, []
+    hr_key, ndcg_key = metric_keys(True, cfg.topk)
     for epoch in range(cfg.epochs):
         trainer.train_epoch(epoch)
-        hr = validation_metrics(
+        m = validation_metrics(
             trainer.model, search.valid, search.env, cfg.topk, cfg.eval_batch_size
-        )["hr"]
-        trial.report(hr, epoch)
-        if hr > best:
-            best = hr
+        )
+        history.append({hr_key: m["hr"], ndcg_key: m["ndcg"]})
+        trial.report(m["hr"], epoch)
+        if m["hr"] > best:
+            best = m["hr"]
             trial.set_user_attr("best_epoch", epoch)
         kill_after = os.environ.get(KILL_ENV)
         if kill_after and len(finished(trial.study)) >= int(kill_after):
             os.kill(os.getpid(), signal.SIGKILL)
         if trial.should_prune():
             raise optuna.TrialPruned()
+        if should_stop(history, cfg, valid=True):  # the base's --patience ends a trial early too
+            break
     return best
 
 
@@ -416,6 +424,10 @@ def run(cfg: TuneConfig) -> int:
         )
         search = Search(data, load_validation(data), env, cfg.hp, SEARCH_SPACES[cfg.hp.model],
                         opts, cfg.trials, cfg)  # fmt: skip
+        print(
+            cost_line(len(data.train_users), cfg.hp, search.space, cfg.trials, cfg.threads),
+            flush=True,
+        )
         study = start_study(cfg, search)
         remaining = cfg.trials - len(finished(study))
 
@@ -433,6 +445,25 @@ def run(cfg: TuneConfig) -> int:
         print(f"best: valid HR@{cfg.hp.topk} {study.best_value:.4f} (trial {study.best_trial.number}); "
               f"train with: ncf train --config {cfg.out / BEST_FILE} --out RUN")  # fmt: skip
     return 0
+
+
+def cost_line(train_rows: int, base: TrainConfig, space: dict[str, dict[str, Any]], trials: int,
+              threads: int) -> str:  # fmt: skip
+    """The search's worst-case cost on a CPU: every trial running all of ``base.epochs``.
+
+    An epoch trains ``train_rows * (1 + negatives)`` samples (negatives: the middle of a searched
+    range, else the base's) at ``CPU_SAMPLES_PER_S_PER_THREAD * threads`` samples/s.
+    """
+    neg = space.get("negatives")
+    negatives = (neg["low"] + neg["high"]) / 2 if neg else base.negatives
+    samples = train_rows * (1 + negatives)
+    rate = CPU_SAMPLES_PER_S_PER_THREAD * max(threads, 1)
+    minutes = trials * base.epochs * samples / rate / 60
+    return (
+        f"ncf tune: cost: {trials} trials x at most {base.epochs} epochs x {samples / 1e6:.2f}M "
+        f"samples: at most {minutes:.0f} min on {threads} CPU thread(s) at ~{rate:,} samples/s "
+        f"(pruning{' and --patience' if base.patience else ''} end most trials sooner; a GPU is faster)"
+    )
 
 
 def start_study(cfg: TuneConfig, search: Search) -> Any:

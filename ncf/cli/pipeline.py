@@ -25,10 +25,11 @@ from ncf.cli.comparison import per_user_path
 from ncf.cli.report import write_report
 from ncf.core import names
 from ncf.core.atomic import write_json
-from ncf.core.config import DEFAULT_SEED, Config, flag, setting, write_config
+from ncf.core.config import DEFAULT_SEED, Config, flag, read_config, setting, write_config
 from ncf.core.runner import Runner, StageFailed
 from ncf.models.evaluate import EvaluateConfig
 from ncf.models.train import TrainRunConfig
+from ncf.models.tune import BEST_FILE, TuneConfig
 from ncf.serving.export import ExportConfig
 from ncf.workflows.etl import EtlConfig
 
@@ -55,6 +56,12 @@ class RunConfig(Config):
     repo: Path = setting(Path("triton_repo"), help="Triton model repository to export into")
     preset: str = setting("small", help="training preset (see `ncf train --help`)")
     epochs: int | None = setting(None, help="override the preset's epochs (unset: the preset's)")
+    tune: int = setting(
+        0,
+        help="N > 0: N Optuna trials (`ncf tune`, the preset's own values among them) on the "
+        "validation split before the final training, which takes the best; its cost is printed "
+        "before it starts (0: off)",
+    )
     eval_negatives: int = setting(
         EtlConfig.eval_negatives, help="evaluation negatives per user (`ncf etl --eval-negatives`)"
     )
@@ -67,6 +74,12 @@ class RunConfig(Config):
         """Raise ValueError naming the flag of an invalid value."""
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"--epochs {self.epochs}: must be >= 1 (or unset: the preset's)")
+        if self.tune < 0:
+            raise ValueError(f"--tune {self.tune}: must be >= 0 (0: no search)")
+        if self.tune and self.holdout != "valid,test":
+            raise ValueError(
+                f"--tune {self.tune} needs --holdout valid,test (it searches on validation)"
+            )
         if not self.bench_seconds > 0:
             raise ValueError(f"--bench-seconds {self.bench_seconds}: must be > 0")
 
@@ -87,6 +100,23 @@ def train_stage(cfg: RunConfig, etl_dir: Path, out: Path, preset: str) -> TrainR
     """``ncf train``'s config of this run (``preset``: small for NeuMF, mf-small for MF)."""
     epochs = {"epochs": cfg.epochs} if cfg.epochs is not None else {}
     return TrainRunConfig.from_preset(preset, data=etl_dir, out=out, seed=cfg.seed, **epochs)
+
+
+def tune_stage(cfg: RunConfig, etl_dir: Path, out: Path) -> TuneConfig:
+    """``ncf tune``'s config: ``--tune`` trials over the preset, the preset itself queued first."""
+    hp = TuneConfig.base({"preset": cfg.preset})["hp"]
+    epochs = {"epochs": cfg.epochs} if cfg.epochs is not None else {}
+    return TuneConfig.from_dict({
+        "data": etl_dir, "out": out, "trials": cfg.tune, "preset": cfg.preset,
+        "startup_trials": min(TuneConfig.startup_trials, cfg.tune), "enqueue_base": True,
+        "hp": {**hp, "seed": cfg.seed, **epochs},
+    })  # fmt: skip
+
+
+def tuned_train_stage(cfg: RunConfig, etl_dir: Path, out: Path, tune_dir: Path) -> TrainRunConfig:
+    """``ncf train``'s config of the search's best trial (``tune_dir/best.json``)."""
+    best = read_config(tune_dir / BEST_FILE, "train")
+    return TrainRunConfig.from_dict({**best, "data": etl_dir, "out": out})
 
 
 def evaluate_stage(etl_dir: Path, checkpoint: Path, out: Path) -> EvaluateConfig:
@@ -118,9 +148,15 @@ def stages(cfg: RunConfig, etl_dir: Path, run_dir: Path) -> list[tuple[str, str,
     """``(name, stage, build)`` of every stage of the run, in order; ``build()`` makes its config
     just before it runs (a stage's checks may read the outputs of the ones before)."""
     ckpt, ckpt_mf = run_dir / "train" / "best.pt", run_dir / "train-mf" / "best.pt"
+    train = ("train", "train", lambda: train_stage(cfg, etl_dir, run_dir / "train", cfg.preset))
+    if cfg.tune:
+        tune_dir = run_dir / "tune"
+        train = ("train", "train",
+                 lambda: tuned_train_stage(cfg, etl_dir, run_dir / "train", tune_dir))  # fmt: skip
     steps = [
         ("etl", "etl", lambda: etl_stage(cfg, etl_dir)),
-        ("train", "train", lambda: train_stage(cfg, etl_dir, run_dir / "train", cfg.preset)),
+        *([("tune", "tune", lambda: tune_stage(cfg, etl_dir, tune_dir))] if cfg.tune else []),
+        train,
         ("train-mf", "train", lambda: train_stage(cfg, etl_dir, run_dir / "train-mf", "mf-small")),
         ("evaluate", "evaluate", lambda: evaluate_stage(etl_dir, ckpt, run_dir / "evaluation.json")),
         ("evaluate-mf", "evaluate",

@@ -89,6 +89,20 @@ def test_ours_metrics_use_our_tie_rule(tmp_path: Path) -> None:
     m = peers.ours_metrics(tmp_path / "s.npz")
     assert m["test_hr10"] == pytest.approx(1 / 3)
     assert m["valid_ndcg10"] == pytest.approx(1 / 3)
+    assert m["test_hits"] == [1.0, 0.0, 0.0]  # per test user, for the paired test
+
+
+def test_a_finished_job_is_reused_and_another_is_not(tmp_path: Path) -> None:
+    job = {"model": "NeuMF", "seed": 1, "epochs": 20, "out": str(tmp_path / "NeuMF-seed1.json")}
+    job_file = tmp_path / "NeuMF-seed1.job.json"
+    job_file.write_text(json.dumps(job))
+    assert not peers.reusable(job_file, job)  # started, never finished: no result
+    scores = tmp_path / "NeuMF-seed1.scores.npz"
+    Path(job["out"]).write_text(json.dumps({"scores_file": str(scores)}))
+    assert not peers.reusable(job_file, job)  # its scores are missing
+    np.savez(scores, test_scores=np.zeros((1, 2)))
+    assert peers.reusable(job_file, job)
+    assert not peers.reusable(job_file, {**job, "epochs": 1})  # another job: run again
 
 
 def test_missing_venv_is_one_line(etl: Path, tmp_path: Path) -> None:

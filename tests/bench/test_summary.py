@@ -43,3 +43,18 @@ def test_small_row_names_the_protocol_and_the_mf_baseline(tmp_path):
     assert ours == (
         "HR@10 0.720 (0.710-0.730), NDCG@10 0.480; MF 0.715 (0.710-0.730); ItemPop 0.604 / 0.355"
     )
+
+
+def test_recbole_is_quoted_only_as_the_harness_measured_it(tmp_path):
+    spread = {"mean": 0.72, "min": 0.71, "max": 0.73}
+    doc = {"rows": [{"seed": 1, "itempop_hr@10": 0.6, "itempop_ndcg@10": 0.35}, {"seed": "mean"},
+                    {"seed": "range"}], "summary": {"hr@10": spread, "ndcg@10": {"mean": 0.48}}}  # fmt: skip
+    _write(tmp_path, "train-small", doc)
+    ((*_, reference, source),) = headline_rows(tmp_path)
+    assert reference == "not measured on this split" and "--peers" in source
+    doc["summary"]["recbole_hr@10"] = {"mean": 0.7, "min": 0.69, "max": 0.71}
+    doc["versus_recbole"] = {"diff": 0.02, "lo": -0.001, "hi": 0.041, "p": 0.06}
+    _write(tmp_path, "train-small", doc)
+    ((*_, reference, source),) = headline_rows(tmp_path)
+    assert reference == "HR@10 0.700 (0.690-0.710); ours - RecBole +0.020 [-0.001, +0.041]"
+    assert source.startswith("RecBole 1.2.1 NeuMF (`ncf bench peers`)")

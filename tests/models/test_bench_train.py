@@ -52,3 +52,28 @@ def test_dle_gpu_modes_are_refused_on_cpu(etl_dir: Path, mode: str):
     data = load_etl(etl_dir, torch.device("cpu"))
     with pytest.raises(ValueError, match=f"DLE step mode '{mode}'"):
         time_dle_steps(data, 256, 0, 1, torch.device("cpu"), mode)
+
+
+def test_preset_check_beside_recbole_pairs_the_users(tmp_path: Path):
+    """RecBole's runs as `ncf bench peers` records them (here: a miss for every user): its column
+    per seed, and the paired bootstrap of ours minus its per-user HR@10 (= our mean HR@10)."""
+    from ncf.bench.train_preset import check_preset
+    from tests.models.etl_data import planted_ratings
+    from tests.models.valid_split import write_valid_etl_dir
+
+    etl = write_valid_etl_dir(planted_ratings(), tmp_path / "etl")
+    users = load_etl(etl).test_users.tolist()
+    runs = [{"model": "NeuMF", "seed": 1, "best_epoch": 4, "ours": {"test_hr10": 0.0},
+             "ours_test_hits": [0.0] * len(users)}]  # fmt: skip
+    doc = {"etl": str(etl), "runs": runs, "test_users": users}
+    (tmp_path / "peers-x.json").write_text(json.dumps(doc))
+    flags = ["--epochs", "1", "--device", "cpu", "--threads", "1", "--eval-batch-size", "4096"]
+    res = check_preset(etl, "small", [1], "t", tmp_path, extra=flags, peers="peers-x")
+    row = res.rows[0]
+    assert (row["recbole_hr@10"], row["recbole_best_epoch"]) == (0.0, 4) and "hits" not in row
+    versus = res.extra["versus_recbole"]
+    assert versus["diff"] == pytest.approx(row["hr@10"]) and versus["lo"] <= versus["diff"]
+    doc["runs"][0]["seed"] = 2
+    (tmp_path / "peers-x.json").write_text(json.dumps(doc))
+    with pytest.raises(entry.BenchError, match=r"no NeuMF run with per-user hits for seeds \[1\]"):
+        check_preset(etl, "small", [1], "t", tmp_path, extra=flags, peers="peers-x")

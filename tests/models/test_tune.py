@@ -167,3 +167,29 @@ def test_out_must_be_a_search_or_absent(valid_etl: Path, tmp_path: Path):
     tune.check_out(out)  # empty: used
     (out / tune.LOCK_FILE).touch()  # a search killed before it wrote config.json: resumed
     tune.check_out(out)
+
+
+def test_patience_ends_a_trial_and_the_cost_is_printed_first(
+    valid_etl: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """--patience 1 with learning rates too small to move the HR: every trial stops after its
+    second epoch of 6 (the first stays the best), and the worst-case cost line precedes them."""
+    tiny = {**tune.SEARCH_SPACES["mf"], "lr": {"type": "float", "low": 1e-9, "high": 2e-9}}
+    monkeypatch.setitem(tune.SEARCH_SPACES, "mf", tiny)
+    out = tmp_path / "t"
+    args = ["--data", valid_etl, "--out", out, *FLAGS, "--epochs", "6", "--patience", "1",
+            "--trials", "2"]  # fmt: skip
+    assert tune.run(parse(tune, args)) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("ncf tune: cost: 2 trials x at most 6 epochs") < printed.index("trial 0")
+    assert [len(t.intermediate_values) for t in _trials(out)] == [2, 2]
+
+
+@pytest.mark.parametrize(("threads", "minutes"), [(1, 8), (2, 4)])
+def test_cost_line_is_the_worst_case(threads: int, minutes: int):
+    base = presets.preset_config("small", epochs=10)
+    space = {"negatives": {"type": "int", "low": 2, "high": 10}}  # 6 negatives on average
+    rate = tune.CPU_SAMPLES_PER_S_PER_THREAD
+    # 8 trials x 10 epochs x 6 * rate samples (rows x 7), at rate x threads samples/s
+    line = tune.cost_line(rate * 6 // 7, base, space, trials=8, threads=threads)
+    assert f"at most {minutes} min on {threads} CPU" in line, line

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from ncf.cli import main, pipeline
 from ncf.cli.pipeline import RunConfig, etl_stage, export_stage, stages
-from ncf.core.config import Config, read_config, resolve
+from ncf.core.config import Config, read_config, resolve, write_config
 from ncf.core.names import CONFIG_FILE
 from ncf.models.evaluate import EvaluateConfig
 from ncf.models.train import TrainRunConfig
@@ -48,10 +48,30 @@ def test_train_and_evaluate_get_their_configs(tmp_path):
     assert bench.duration == 0.3 and bench.results_dir == tmp_path / "run" / "bench"
 
 
+def test_tune_runs_before_training_and_training_takes_its_best(tmp_path):
+    cfg = RunConfig(tune=3, seed=4, epochs=7)
+    steps = stages(cfg, tmp_path / "etl", tmp_path / "run")
+    assert [n for n, _, _ in steps][:3] == ["etl", "tune", "train"]
+    tune_cfg = steps[1][2]()
+    assert (tune_cfg.trials, tune_cfg.startup_trials, tune_cfg.enqueue_base) == (3, 3, True)
+    assert (tune_cfg.hp.seed, tune_cfg.hp.epochs, tune_cfg.out) == (4, 7, tmp_path / "run" / "tune")
+    assert tune_cfg.hp.lr == TrainRunConfig.from_preset(cfg.preset).hp.lr
+    tune_cfg.check()
+    best = TrainRunConfig.from_preset("small", data=tmp_path / "elsewhere", epochs=2, lr=0.01)
+    write_config(tmp_path / "run" / "tune" / "best.json", best, "train")
+    train = steps[2][2]()  # built when it runs: after the search wrote best.json
+    assert (train.hp.lr, train.hp.epochs) == (0.01, 2)
+    assert (train.data, train.out) == (tmp_path / "etl", tmp_path / "run" / "train")
+
+
 def test_bad_run_settings_are_one_line(capsys):
     assert main(["run", "--epochs", "0"]) == 2
     assert capsys.readouterr().err.strip() == (
         "ncf run: error: --epochs 0: must be >= 1 (or unset: the preset's)"
+    )
+    assert main(["run", "--tune", "2", "--holdout", "test"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ncf run: error: --tune 2 needs --holdout valid,test (it searches on validation)"
     )
 
 
