@@ -30,6 +30,7 @@ class NeuMFConfig:
     dropout_at: str = "relu"  # "relu": after each MLP ReLU (DLE); "input": before each MLP Linear,
     # the concatenated MLP embeddings included (RecBole's MLPLayers)
     linear_init: str = "dle"  # "dle": MLP Glorot, final LeCun uniform; "torch": nn.Linear's own
+    l2: float = 0.0  # per-example L2 on the batch's four embedding rows (0: none, as DLE)
 
     def __post_init__(self) -> None:
         if self.num_users < 1 or self.num_items < 1:
@@ -42,8 +43,10 @@ class NeuMFConfig:
                 f"mlp_layers={self.mlp_layers}: need at least one layer and an even first width "
                 "(it is split between the user and item MLP embeddings), e.g. 256,256,128,64"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout}: must be in [0, 1)")
+        if not 0.0 <= self.dropout < 1.0 or self.l2 < 0:
+            raise ValueError(
+                f"dropout={self.dropout}, l2={self.l2}: need 0 <= dropout < 1, l2 >= 0"
+            )
         if self.dropout_at not in DROPOUT_AT or self.linear_init not in LINEAR_INITS:
             raise ValueError(
                 f"dropout_at={self.dropout_at!r}, linear_init={self.linear_init!r}: use one of "
@@ -85,6 +88,9 @@ class NeuMF(nn.Module):
         # masks do not depend on how a global batch is split); None draws them here.
         self.dropout_bits: list[torch.Tensor] | None = None
         self.final = nn.Linear(widths[-1] + cfg.factors, 1)
+        # L2 term (summed over the examples) of the last training forward, which the trainer adds
+        # to the summed BCE; 0.0 while l2 is 0.
+        self.last_penalty: torch.Tensor | float = 0.0
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -109,9 +115,11 @@ class NeuMF(nn.Module):
 
     def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` for int64 ids ``user [B]`` and ``item [B]``."""
-        xmf = self.mf_user_embed(user) * self.mf_item_embed(item)  # [B, factors]
+        mf_u, mf_i = self.mf_user_embed(user), self.mf_item_embed(item)  # [B, factors]
         x = torch.cat((self.mlp_user_embed(user), self.mlp_item_embed(item)), dim=1)  # [B, mlp0]
+        xmf = mf_u * mf_i  # [B, factors]
         if self.training:
+            self._set_penalty(mf_u, mf_i, x)
             x = self._mlp_train(x)
         else:
             for layer in self.mlp:
@@ -133,8 +141,15 @@ class NeuMF(nn.Module):
 
     @torch.jit.unused
     def penalty(self):
-        """No regularization term: 0.0."""
-        return 0.0
+        """The L2 term of the last training forward (0.0 while ``l2`` is 0)."""
+        return self.last_penalty
+
+    @torch.jit.unused
+    def _set_penalty(self, mf_u, mf_i, mlp_x):
+        """``l2`` times the squared batch rows of the four embeddings (``mlp_x``: both MLP ones)."""
+        if self.cfg.l2 > 0 and torch.is_grad_enabled():
+            squares = mf_u.square().sum() + mf_i.square().sum() + mlp_x.square().sum()
+            self.last_penalty = self.cfg.l2 * squares
 
     # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
     @torch.jit.unused

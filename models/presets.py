@@ -76,8 +76,11 @@ class TrainConfig(Config):
     model: str = setting(
         "neumf", choices=sorted(MODELS), help="neumf, or mf (the dot-product MF baseline)"
     )
-    # MF's own hyperparameters (models/mf.py); ``factors`` is its embedding width.
-    l2: float = setting(0.0, help="MF: per-example L2 coefficient")
+    # Both models: an L2 term added to the summed BCE (models/neumf.py, models/mf.py).
+    l2: float = setting(
+        0.0, help="per-example L2 coefficient on the batch's embedding rows (MF: biases too)"
+    )
+    # MF's own hyperparameter (models/mf.py); ``factors`` is its embedding width.
     init_std: float = setting(0.1, help="MF: embedding init standard deviation")
 
     def model_config(self, num_users: int, num_items: int) -> Any:

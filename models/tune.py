@@ -53,7 +53,7 @@ KILL_ENV = "NCF_TUNE_KILL_AFTER"
 PRUNER_WARMUP_EPOCHS = 1  # never prune on the first epoch alone (its HR is noisy)
 # Training samples/s of one CPU thread at the searched batch sizes, for the cost printed before a
 # search (docs/PRESETS.md, "What a search costs"); more threads scale it, a GPU beats it.
-CPU_SAMPLES_PER_S_PER_THREAD = 60_000
+CPU_SAMPLES_PER_S_PER_THREAD = 40_000
 
 # The search spaces, by model kind: TrainConfig field -> Optuna distribution. Everything else comes
 # from the base config (--preset / --config / flags). Written into best.json with the trial counts.
