@@ -20,6 +20,8 @@ REFERENCE = {
     "train_gpu": ("22.6M (TF32) / 34.1M (AMP) samples/s", "DLE, one A100-40G, batch 1M"),
     "epochs30": ("140.8 s (TF32) / 94.2 s (AMP)", "DLE, one A100, ML-20m"),
 }
+# `ncf bench train --preset-check` of `ncf run`'s preset on ml-latest-small (README, "Accuracy")
+SMALL_RESULTS = "train-small-small"
 RECBOLE_SOURCE = "RecBole 1.2.1 NeuMF (`ncf bench peers`), same split and seeds, this CPU"
 
 
@@ -77,7 +79,7 @@ def headline_rows(results_dir: Path = RESULTS_DIR) -> list[tuple[str, str, str, 
                 *REFERENCE["epochs30"],
             )
         )
-    if small := _load(results_dir, "train-small"):
+    if small := _load(results_dir, SMALL_RESULTS):
         out.append((*_small_row(small), *_recbole_cells(small)))
     return out
 

@@ -109,6 +109,9 @@ class TrainBench(Config):
         "",
         help="--preset-check: also train this preset per seed as the MF baseline (e.g. mf-small)",
     )
+    threads: int = setting(
+        0, help="--preset-check: CPU threads of each run (`ncf train --threads`; 0: all cores)"
+    )
     peers: str = setting(
         "",
         help="--preset-check: results name of `ncf bench peers` on the same ETL (e.g. "
@@ -193,6 +196,7 @@ def run(args: TrainBench) -> Results:
             args.results_dir,
             baseline=args.baseline_preset or None,
             peers=args.peers,
+            extra=["--threads", str(args.threads)] if args.threads else None,
         )
     precisions = args.precisions
     data = args.data

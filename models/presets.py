@@ -117,8 +117,9 @@ class TrainConfig(Config):
 # Each preset: TrainConfig fields over the defaults. How they were chosen: docs/PRESETS.md.
 PRESETS: dict[str, dict] = {
     DEFAULT_PRESET: {},  # DLE's defaults
-    "small": {  # ml-latest-small-sized data (hundreds of users, ~100k ratings)
-        "epochs": 4,
+    "small": {  # data of hundreds of users and ~100k ratings; what `ncf run` trains
+        "epochs": 40,  # at most: early stopping on validation ends it (patience)
+        "patience": 4,
         "batch_size": 4096,
         "eval_batch_size": 1 << 16,
         "negatives": 10,
@@ -129,7 +130,8 @@ PRESETS: dict[str, dict] = {
     },
     "mf-small": {  # the MF baseline (docs/BASELINES.md) for ml-latest-small-sized data
         "model": "mf",
-        "epochs": 10,
+        "epochs": 40,
+        "patience": 4,
         "batch_size": 4096,
         "eval_batch_size": 1 << 16,
         "negatives": 8,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ncf.bench.summary import headline_rows, write_summary
+from ncf.bench.summary import SMALL_RESULTS, headline_rows, write_summary
 
 
 def _write(d, name, payload):
@@ -33,7 +33,7 @@ def test_no_results_no_summary(tmp_path):
 
 def test_small_row_names_the_protocol_and_the_mf_baseline(tmp_path):
     spread = {"mean": 0.72, "min": 0.71, "max": 0.73}
-    _write(tmp_path, "train-small", {
+    _write(tmp_path, SMALL_RESULTS, {
         "rows": [{"seed": 1, "protocol": "valid-selected", "itempop_hr@10": 0.604, "itempop_ndcg@10": 0.355},
                  {"seed": 2}, {"seed": "mean"}, {"seed": "range"}],
         "summary": {"hr@10": spread, "ndcg@10": {"mean": 0.48}, "mf_hr@10": {**spread, "mean": 0.715}},
@@ -49,12 +49,12 @@ def test_recbole_is_quoted_only_as_the_harness_measured_it(tmp_path):
     spread = {"mean": 0.72, "min": 0.71, "max": 0.73}
     doc = {"rows": [{"seed": 1, "itempop_hr@10": 0.6, "itempop_ndcg@10": 0.35}, {"seed": "mean"},
                     {"seed": "range"}], "summary": {"hr@10": spread, "ndcg@10": {"mean": 0.48}}}  # fmt: skip
-    _write(tmp_path, "train-small", doc)
+    _write(tmp_path, SMALL_RESULTS, doc)
     ((*_, reference, source),) = headline_rows(tmp_path)
     assert reference == "not measured on this split" and "--peers" in source
     doc["summary"]["recbole_hr@10"] = {"mean": 0.7, "min": 0.69, "max": 0.71}
     doc["versus_recbole"] = {"diff": 0.02, "lo": -0.001, "hi": 0.041, "p": 0.06}
-    _write(tmp_path, "train-small", doc)
+    _write(tmp_path, SMALL_RESULTS, doc)
     ((*_, reference, source),) = headline_rows(tmp_path)
     assert reference == "HR@10 0.700 (0.690-0.710); ours - RecBole +0.020 [-0.001, +0.041]"
     assert source.startswith("RecBole 1.2.1 NeuMF (`ncf bench peers`)")
