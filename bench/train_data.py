@@ -53,33 +53,28 @@ def split(
     """
     from ncf.core import names
     from ncf.workflows.encoding import sorted_unique_encoding
-    from ncf.workflows.etl import EtlConfig, filter_ratings, negative_seeds
-    from ncf.workflows.io import Ratings
-    from ncf.workflows.negatives import sample_negatives
-    from ncf.workflows.split import hold_out_latest
+    from ncf.workflows.etl import EtlConfig
+    from ncf.workflows.partition import Summary, finish, negative_seeds, prepare
 
-    source = Path(f"ncf synth (seed {seed})")
-    raw = Ratings(
-        columns[names.RAW_USER], columns[names.RAW_ITEM], columns[names.RAW_TIME], source, "synth"
-    )
     if min_ratings is None:
         min_ratings = EtlConfig.min_ratings  # `ncf etl`'s default (a dataclass field default)
-    kept = filter_ratings(raw, min_ratings, eval_negatives)
-    encoding = sorted_unique_encoding(kept.users, kept.items)
+    user = columns[names.RAW_USER]
+    cols = {"user": user, "item": columns[names.RAW_ITEM], "time": columns[names.RAW_TIME]}
+    cols["row"] = np.arange(user.size, dtype=np.int64)
+    # `ncf etl --holdout test --engine pandas`'s steps, in memory (ties: the item id).
+    part = prepare(cols, min_ratings, "test")
+    summary = Summary.of(part)
+    summary.check(f"ncf synth (seed {seed})", min_ratings, "test", eval_negatives)
+    encoding = sorted_unique_encoding(summary.users, summary.items)
+    rows = finish(part, encoding, eval_negatives, negative_seeds(seed, 1))
     n_users, n_items = encoding.user.size, encoding.item.size
-    user = encoding.user.index(kept.user).astype(np.int64)
-    item = encoding.item.index(kept.item).astype(np.int64)
-    (test,) = hold_out_latest(user, kept.item, kept.time, n_users, 1)  # ties: the item id
-    test_items = np.empty(n_users, dtype=np.int64)  # one test row per user, by user
-    test_items[user[test]] = item[test]
-    (neg_seed,) = negative_seeds(seed, 1)
-    _, negs = sample_negatives(user, item, n_users, n_items, eval_negatives, neg_seed)
+    (train_users, train_items), (test_users, test_items) = rows["train"], rows["test"]
     return {
-        "train_users": user[~test],
-        "train_items": item[~test],
-        "test_users": np.arange(n_users, dtype=np.int64),
+        "train_users": train_users,
+        "train_items": train_items,
+        "test_users": test_users,
         "test_items": test_items,
-        "eval_negatives": negs.reshape(n_users, eval_negatives),
+        "eval_negatives": rows["negatives"][1].reshape(n_users, eval_negatives),
         "num_users": np.int64(n_users),
         "num_items": np.int64(n_items),
     }
@@ -92,8 +87,8 @@ def synthetic(
     cache: Path = CACHE_DIR,
 ) -> Path:
     """Path of the cached split of ``ncf synth`` data at ``scale`` (generated on first use)."""
-    # The name holds every input of the split; "etl2": the ETL's split and its negatives.
-    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl2.npz"
+    # The name holds every input of the split; "etl3": the ETL's split and its per-user negatives.
+    path = cache / f"synth-{scale:g}-seed{seed}-neg{eval_negatives}-etl3.npz"
     if path.exists():
         return path
     from ncf.core.atomic import write_bytes

@@ -117,7 +117,12 @@ def _natural_key(path: Path) -> list:
 
 
 def read_pairs(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(user_id, item_id)`` int64 arrays of every ``*.parquet`` file in ``folder`` (natural order)."""
+    """``(user_id, item_id)`` int64 arrays of every ``*.parquet`` file in ``folder``, by user.
+
+    The files are read in natural order and the rows put in ``user_id`` order by a stable sort
+    (each user's rows keep their order): the ETL writes one file per partition of users, each
+    sorted by user, so every partitioning reads as the same rows (docs/ARCHITECTURE.md).
+    """
     files = sorted(folder.glob("*.parquet"), key=_natural_key)
     if not files:
         raise FileNotFoundError(
@@ -133,7 +138,11 @@ def read_pairs(folder: Path) -> tuple[np.ndarray, np.ndarray]:
                 )
         users.append(table.column(names.USER).to_numpy().astype(np.int64, copy=False))
         items.append(table.column(names.ITEM).to_numpy().astype(np.int64, copy=False))
-    return np.concatenate(users), np.concatenate(items)
+    user, item = np.concatenate(users), np.concatenate(items)
+    if user.size > 1 and (user[1:] < user[:-1]).any():
+        order = np.argsort(user, kind="stable")
+        user, item = user[order], item[order]
+    return user, item
 
 
 def check_range(values: np.ndarray, lo: int, hi: int, where: Path, column: str) -> None:

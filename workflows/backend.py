@@ -2,8 +2,8 @@
 
 The split and negative-sampling functions work on the column arrays of a pandas or cuDF frame
 (``frame[col].values`` is a numpy array for pandas and a cupy array for cuDF), so the same code
-runs on both. numpy and cupy differ in a few calls (``ufunc.at``, ``repeat`` with array counts,
-random generators); this module hides those differences. It imports neither cupy nor NVTabular
+runs on both. numpy and cupy differ in a few calls (``ufunc.at``, ``repeat`` with array counts);
+this module hides those differences. It imports neither cupy nor NVTabular
 unless a cupy array is actually passed in.
 """
 
@@ -92,11 +92,6 @@ def member(sorted_keys: Any, keys: Any) -> Any:
     pos = xp.searchsorted(sorted_keys, keys)
     pos = xp.minimum(pos, sorted_keys.size - 1)
     return sorted_keys[pos] == keys
-
-
-def default_rng(xp: ModuleType, seed: int) -> Any:
-    """A seeded generator of the array module (numpy PCG64, or cupy's on the GPU)."""
-    return xp.random.default_rng(seed)
 
 
 def dense_codes(values: Any) -> tuple[Any, Any]:

@@ -1,9 +1,16 @@
-"""The ETL pipeline: read -> filter -> fit -> transform -> split -> negatives -> write.
+"""The ETL pipeline: read -> prepare (per user) -> fit (Categorify) -> finish (per user) -> write.
 
-Everything that can reject the input (reading, validation, filtering, the feasibility of the
-requested negatives) runs before anything is written; the output is then built in a temporary
-directory beside ``--out`` and renamed into place (``ncf.core.atomic.atomic_dir``), so an interrupted
-run leaves no output directory (or the previous complete one).
+Two paths give the same output (``ncf.workflows.partition`` holds the per-user steps both run):
+
+- in memory (the input fits one partition: at most ``--partition-rows`` ratings): read the
+  whole input, prepare, fit, finish, write; the fast path.
+- partitioned (``ncf.workflows.partitioned``): the input in blocks, shuffled by user into
+  partitions, each prepared and finished by its own task, in this process or on Dask workers;
+  memory per process is bounded by the partition size.
+
+The choice is printed. The output is built in a temporary directory beside ``--out`` and renamed
+into place (``ncf.core.atomic.atomic_dir``), so a failed or interrupted run leaves no output
+directory (or the previous complete one).
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import hashlib
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,21 +29,25 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import numpy as np
-
 from ncf.core.atomic import atomic_dir, check_replaceable, clean_stale, write_json
 from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 from ncf.core.digest import sha256_file
 from ncf.core.names import CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
 from ncf.workflows import metadata as md
-from ncf.workflows.backend import dense_codes
+from ncf.workflows.blocks import Block, estimate_rows, plan_blocks
+from ncf.workflows.columns import ColumnMap, parse_columns
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
 from ncf.workflows.io import read_ratings
-from ncf.workflows.negatives import check_feasible, sample_negatives
-from ncf.workflows.output import Outputs, write_outputs
-from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
+from ncf.workflows.output import write_part
+from ncf.workflows.parquet_input import parquet_files
+from ncf.workflows.partition import Summary, finish, negative_seeds, prepare
+from ncf.workflows.partitioned import default_partitions
 
 ENGINES = ("nvtabular", "pandas")
+# Ratings per partition: about 100 bytes a rating at the peak of the per-user steps, so 25M keep a
+# process near 2.5-3 GB and 200M ratings (8 partitions) within 8 GB on 2 workers
+# (docs/ARCHITECTURE.md, 'Partitioned ETL'; bench/results/etl-scale.json).
+PARTITION_ROWS = 25_000_000
 StageFn = Callable[[str], AbstractContextManager[Any]]
 
 
@@ -53,10 +66,15 @@ same input and options reuses OUT; --force rebuilds it. OUT is replaced only if 
 output of `ncf etl` (its marker .ncf-output.json, or a metadata.json it wrote) or an empty folder,
 and never when it holds --input. Protocol: docs/PROTOCOL.md.
 
-a running Dask cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS) fits the Workflow on
-its workers (`dask worker`; `dask cuda worker` when this host has a GPU) instead of in this
-process; OUT must then be on a filesystem every worker mounts at the same path. The output is the
-same as without it."""
+input: ratings.csv (MovieLens header), ratings.dat (ML-1M), or parquet (a file or a folder of
+them); other column names with --columns user=NAME,item=NAME,time=NAME.
+
+partitions: input of at most --partition-rows ratings runs in memory; larger input is shuffled
+by user into partitions of about that size (or --partitions N), each processed on its own, so a
+process never holds more than one partition: in this process, on --workers N local Dask workers,
+or on a running cluster: --scheduler tcp://HOST:8786 (or DASK_SCHEDULER_ADDRESS; `dask worker`,
+`dask cuda worker` on GPU hosts), where --input and OUT must be on a filesystem every worker
+mounts at the same path. The output is the same for every partitioning and cluster."""
 
 
 @dataclasses.dataclass
@@ -101,6 +119,21 @@ class EtlConfig(Config):
         help="which same-second interaction is the latest: item-id (larger movieId) or "
         "file-order (later line of the input file)",
     )
+    partitions: int = setting(
+        0,
+        help="partitions by user (0: as many as --partition-rows needs; 1: all in memory)",
+    )
+    partition_rows: int = setting(
+        PARTITION_ROWS,
+        help="ratings per partition when --partitions is 0; bounds the memory of each process "
+        "(docs/ARCHITECTURE.md, 'Partitioned ETL')",
+    )
+    columns: str | None = setting(
+        None,
+        metavar="user=NAME,item=NAME,time=NAME",
+        help="the input's user, item and time columns when they are not MovieLens's "
+        "userId, movieId, timestamp (CSV header or parquet schema)",
+    )
 
     def check(self) -> None:
         """Raise ValueError for option values that cannot work."""
@@ -114,7 +147,10 @@ class EtlConfig(Config):
                 f"--holdout must be one of {md.HOLDOUTS} and --ties one of {md.TIES}, got "
                 f"{self.holdout!r} and {self.ties!r}"
             )
-        for name in ("eval_negatives", "min_ratings", "workers"):
+        parse_columns(self.columns)
+        if self.partitions < 0:
+            raise ValueError(f"--partitions must be >= 0 (0: automatic), got {self.partitions}")
+        for name in ("eval_negatives", "min_ratings", "workers", "partition_rows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag_name(name)} must be >= 1, got {getattr(self, name)}")
         if self.engine == "nvtabular" and find_spec("nvtabular") is None:
@@ -139,24 +175,12 @@ class EtlConfig(Config):
 
     def fingerprint_options(self) -> dict[str, Any]:
         """The settings under the names the reuse fingerprint has always used
-        (``md.OUTPUT_OPTIONS``: the evaluation negatives are ``negatives`` there)."""
+        (``md.OUTPUT_OPTIONS``: the evaluation negatives are ``negatives`` there), and the draw of
+        the negatives (``md.NEGATIVE_DRAW``: outputs of an earlier draw are rebuilt, not reused)."""
         values = dataclasses.asdict(self)
         values["negatives"] = values.pop("eval_negatives")
+        values["negative_draw"] = md.NEGATIVE_DRAW
         return values
-
-
-@dataclasses.dataclass
-class Kept:
-    """Ratings left after de-duplication and the min-ratings filter (raw ids, host or device)."""
-
-    user: Any  # int32 [n]
-    item: Any  # int32 [n]
-    time: Any  # int64 [n]
-    users: Any  # distinct raw user ids, ascending [n_users]
-    items: Any  # distinct raw item ids, ascending [n_items]
-    dropped: dict[str, int]
-    dropped_users: dict[str, int]
-    row: Any = None  # int64 [n] 0-based data line in the input file (--ties file-order), or None
 
 
 def log(message: str) -> None:
@@ -186,151 +210,194 @@ def run_etl(opts: EtlConfig, stage: StageFn | None = None) -> dict[str, Any]:
         wfmod.connect(
             opts.scheduler
         ).close()  # an unreachable cluster fails now, not after the read
+    columns = parse_columns(opts.columns)
+    blocks = plan_blocks(opts.input, columns)
+    rows, partitions = _partitions(opts, blocks)
+    if partitions == 1:
+        log(f"in memory: ~{rows:,} ratings, at most --partition-rows {opts.partition_rows:,}")
+        meta = _in_memory(opts, columns, timed, timings)
+    else:
+        where = f"--scheduler {opts.scheduler}" if opts.scheduler else f"{opts.workers} worker(s)"
+        log(f"partitioned by user: ~{rows:,} ratings in {partitions} partitions, on {where}")
+        meta = _partitioned(opts, blocks, partitions, timed, timings)
+    _summary(opts, meta)
+    return meta
+
+
+def _partitions(opts: EtlConfig, blocks: list[Block]) -> tuple[int, int]:
+    """Estimated ratings of the input and the partitions to use (``--partitions``, or enough
+    that none exceeds ``--partition-rows``)."""
+    rows = estimate_rows(blocks)
+    if opts.partitions:
+        return rows, opts.partitions
+    return rows, default_partitions(rows, opts.partition_rows)
+
+
+def _in_memory(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dict) -> dict:
+    """The whole input in this process (one partition): the fast path for data that fits."""
     with ThreadPoolExecutor(2) as pool:
         # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
-        sha = pool.submit(sha256_file, opts.input) if opts.input.is_file() else None
+        sha = pool.submit(input_sha256, opts.input)
         if opts.engine == "nvtabular":
             pool.submit(_import_workflow_module)
         with timed("read"):
-            ratings = read_ratings(opts.input)
-        source = {
-            "path": str(opts.input.resolve()),
-            "rows": ratings.rows,
-            "format": ratings.format,
-            "bytes": opts.input.stat().st_size,
-        }
-        with timed("filter"):
-            kept = filter_ratings(
-                ratings,
-                opts.min_ratings,
-                opts.eval_negatives,
-                opts.holdout,
-                opts.ties == "file-order",
-            )
+            ratings = read_ratings(opts.input, columns)
+        source = _source(opts, ratings.rows, ratings.format)
+        cols, backend = ratings.columns(), _backend(opts)
         del ratings
+        if backend == "cudf":
+            import cupy
+
+            cols = {k: cupy.asarray(v) for k, v in cols.items()}
+        with timed("prepare"):
+            part = prepare(cols, opts.min_ratings, opts.holdout, opts.ties == "file-order")
+        del cols
+        summary = Summary.of(part)
+        summary.check(opts.input, opts.min_ratings, opts.holdout, opts.eval_negatives)
         source["sha256"] = sha.result()
+    with _output(opts, timings) as (tmp, meta):
+        workflow, encoding, workers = _fit(opts, tmp, timed, (part.user, part.item), summary)
+        with timed("finish"):
+            rows = finish(part, encoding, opts.eval_negatives, _seeds(opts))
+        with timed("write"):
+            counts = write_part(tmp, 0, rows)
+            vocab = _save_vocab(tmp, workflow, encoding)
+        meta.update(
+            _metadata(opts, summary, encoding, counts, vocab, source, (backend, workers, 1))
+        )
+    return meta
+
+
+def _partitioned(
+    opts: EtlConfig, blocks: list[Block], partitions: int, timed: StageFn, timings: dict
+) -> dict[str, Any]:
+    """The input in partitions by user, each stage a set of tasks (``ncf.workflows.partitioned``)."""
+    from ncf.workflows import partitioned as pt
+
+    backend = _backend(opts)
+    pool = ThreadPoolExecutor(1)
+    sha = pool.submit(input_sha256, opts.input)  # beside the scatter (hashing releases the GIL)
+    with _output(opts, timings) as (tmp, meta), _client(opts, backend) as client, pool:
+        scratch = (tmp / pt.SCRATCH).resolve()
+        scratch.mkdir()
+        if client is not None:
+            from ncf.workflows import workflow as wfmod
+
+            wfmod.check_workers_see(client, scratch)
+        job = pt.Job(
+            out=str(tmp.resolve()),
+            scratch=str(scratch),
+            partitions=partitions,
+            min_ratings=opts.min_ratings,
+            holdout=opts.holdout,
+            file_order=opts.ties == "file-order",
+            negatives=opts.eval_negatives,
+            seeds=tuple(_seeds(opts)),
+            gpu=backend == "cudf",
+        )
+        with timed("read"):
+            read = sum(pt.run_tasks(client, pt.scatter, blocks, job))
+        source = _source(opts, read, blocks[0].fmt)
+        with timed("prepare"):
+            summary = Summary.merge(
+                pt.run_tasks(client, pt.prepare_partition, range(partitions), job)
+            )
+        summary.check(opts.input, opts.min_ratings, opts.holdout, opts.eval_negatives)
+        kept = pt.kept_files(scratch, partitions)
+        workflow, encoding, workers = _fit(opts, tmp, timed, kept, summary, client)
+        pt.save_encoding(scratch, encoding)
+        with timed("finish"):
+            parts = pt.run_tasks(client, pt.finish_partition, range(partitions), job)
+        counts = {k: sum(c[k] for c in parts) for k in parts[0]}
+        with timed("write"):
+            vocab = _save_vocab(tmp, workflow, encoding)
+            shutil.rmtree(scratch)
+        source["sha256"] = sha.result()
+        ran_on = (backend, workers, partitions)
+        meta.update(_metadata(opts, summary, encoding, counts, vocab, source, ran_on))
+    return meta
+
+
+@contextlib.contextmanager
+def _output(opts: EtlConfig, timings: dict) -> Iterator[tuple[Path, dict]]:
+    """The output's temporary folder and the metadata to fill in; on success both are written
+    with the config and the folder is renamed to ``--out`` (``ncf.core.atomic.atomic_dir``)."""
     clean_stale(opts.out)
     replace = opts.force or _is_empty_dir(opts.out)
     with atomic_dir(opts.out, replace, "etl", (opts.input,), md.is_etl_output) as tmp:
-        meta = _build(opts, kept, tmp, timed, source)
+        meta: dict[str, Any] = {}
+        yield tmp, meta
         meta["timings_s"] = timings
         write_json(tmp / METADATA_FILE, meta)
         write_config(tmp / CONFIG_FILE, opts, "etl")
-    _summary(opts, meta)
-    return meta
+
+
+@contextlib.contextmanager
+def _client(opts: EtlConfig, backend: str) -> Iterator[Any]:
+    """The Dask client of the run's cluster (None: tasks run in this process)."""
+    if opts.workers <= 1 and not opts.scheduler:
+        yield None
+        return
+    from ncf.workflows import workflow as wfmod
+
+    with wfmod.dask_client(opts.workers, backend == "cudf", opts.scheduler) as client:
+        yield client
+
+
+def _backend(opts: EtlConfig) -> str:
+    """``cudf`` when the NVTabular engine sees a GPU (the arrays then live on it), else pandas."""
+    if opts.engine != "nvtabular":
+        return "pandas"
+    from ncf.workflows import workflow as wfmod
+
+    return "cudf" if wfmod.gpu_available() else "pandas"
+
+
+def _fit(opts, tmp, timed, kept, summary, client=None) -> tuple[Any, Encoding, int]:
+    """The vocabularies of the kept ratings (``kept``: arrays, or the partitions' files):
+    Categorify through the NVTabular Workflow, or the pandas engine's sorted-unique ids."""
+    with timed("fit"):
+        if opts.engine != "nvtabular":
+            return None, sorted_unique_encoding(summary.users, summary.items), 1
+        from ncf.workflows import workflow as wfmod
+
+        with contextlib.ExitStack() as stack:
+            if client is None and (opts.workers > 1 or opts.scheduler):
+                client = stack.enter_context(
+                    wfmod.dask_client(opts.workers, wfmod.gpu_available(), opts.scheduler)
+                )
+            workers = wfmod.cluster_workers(client)
+            workflow = wfmod.fit_workflow(kept, tmp / ".fit", client)
+    with timed("transform"):
+        return workflow, wfmod.workflow_encoding(workflow, summary.users, summary.items), workers
+
+
+def _seeds(opts: EtlConfig) -> list[int]:
+    return negative_seeds(opts.seed, len(opts.holdout.split(",")))
+
+
+def _source(opts: EtlConfig, rows: int, fmt: str) -> dict[str, Any]:
+    size = sum(f.stat().st_size for f in input_files(opts.input))
+    return {"path": str(opts.input.resolve()), "rows": rows, "format": fmt, "bytes": size}
+
+
+def input_files(path: Path) -> list[Path]:
+    """The files of the input: itself, or a parquet folder's files."""
+    return parquet_files(path) if path.is_dir() else [path]
+
+
+def input_sha256(path: Path) -> str:
+    """sha256 of the input file; of a folder, of each file's name and sha256 in turn."""
+    if not path.is_dir():
+        return sha256_file(path)
+    lines = "".join(f"{f.name}\t{sha256_file(f)}\n" for f in parquet_files(path))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def _import_workflow_module() -> None:
     from ncf.workflows import workflow as wfmod
 
     wfmod.import_nvtabular()
-
-
-def filter_ratings(
-    ratings: Any, min_ratings: int, negatives: int, holdout: str = "test", keep_rows: bool = False
-) -> Kept:
-    """Drop duplicate pairs, then users below ``min_ratings``, then users with too few
-    interactions for ``holdout`` (:func:`ncf.workflows.metadata.holdout_minimum`); check the negatives
-    can be drawn. ``keep_rows`` carries each rating's line number (``Kept.row``)."""
-    cols = {"user": ratings.user, "item": ratings.item, "time": ratings.time}
-    if keep_rows:
-        # read_ratings returns the rows of the file in order (its Arrow blocks are concatenated in
-        # file order), so the position is the global line number; the masks below keep it.
-        cols["row"] = np.arange(ratings.rows, dtype=np.int64)
-    keep = latest_of_duplicates(cols["user"], cols["item"], cols["time"])
-    n_dup = int(keep.size - keep.sum())
-    cols = _take(cols, keep, n_dup)
-    keep, small_users = min_count_mask(cols["user"], min_ratings)
-    n_small = int(keep.size - keep.sum())
-    cols = _take(cols, keep, n_small)
-    need = md.holdout_minimum(holdout)
-    few_rows, few_users = 0, 0
-    if need > min_ratings:
-        keep, few_users = min_count_mask(cols["user"], need)
-        few_rows = int(keep.size - keep.sum())
-        cols = _take(cols, keep, few_rows)
-    if cols["user"].size == 0:
-        fix = "lower --min-ratings"
-        if need > min_ratings:
-            fix = f"--holdout {holdout} needs {need} per user (train, valid, test); try --holdout test"
-        raise ValueError(
-            f"{ratings.path}: no user has >= {max(need, min_ratings)} ratings "
-            f"({small_users + few_users} users dropped); {fix}"
-        )
-    codes, users = dense_codes(cols["user"])
-    _, items = dense_codes(cols["item"])
-    check_feasible(np.bincount(codes, minlength=users.size), int(items.size), negatives, users)
-    return Kept(
-        **cols,
-        users=users,
-        items=items,
-        dropped={
-            "duplicate_pairs": n_dup,
-            "users_below_min_ratings": n_small,
-            "users_below_holdout_minimum": few_rows,
-        },
-        dropped_users={"below_min_ratings": small_users, "below_holdout_minimum": few_users},
-    )
-
-
-def _take(cols: dict[str, Any], keep: Any, n_dropped: int) -> dict[str, Any]:
-    """The rows of ``cols`` where ``keep`` (the same arrays when nothing is dropped)."""
-    return {k: v[keep] for k, v in cols.items()} if n_dropped else cols
-
-
-def _build(opts: EtlConfig, kept: Kept, tmp: Path, timed: StageFn, source: dict) -> dict:
-    """Fit, transform, split, sample and write into ``tmp``; return the metadata."""
-    workflow, backend, workers = None, "pandas", opts.workers
-    with timed("fit"):
-        if opts.engine == "nvtabular":
-            from ncf.workflows import workflow as wfmod
-
-            if wfmod.gpu_available():
-                kept, backend = _to_device(kept), "cudf"
-            with wfmod.dask_client(opts.workers, backend == "cudf", opts.scheduler) as client:
-                workers = wfmod.cluster_workers(client)
-                workflow = wfmod.fit_workflow(kept.user, kept.item, tmp / ".fit", client)
-    with timed("transform"):
-        if workflow is not None:
-            encoding = wfmod.workflow_encoding(workflow, kept.users, kept.items)
-        else:
-            encoding = sorted_unique_encoding(kept.users, kept.items)
-        u_idx, i_idx = encoding.user.index(kept.user), encoding.item.index(kept.item)
-    with timed("split"):
-        tie = kept.row if opts.ties == "file-order" else kept.item
-        held = hold_out_latest(
-            u_idx, tie, kept.time, encoding.user.size, len(opts.holdout.split(","))
-        )
-    with timed("negatives"):
-        # One draw per held-out split, each over every positive (train, valid and test).
-        negs = [
-            sample_negatives(
-                u_idx, i_idx, encoding.user.size, encoding.item.size, opts.eval_negatives, seed
-            )
-            for seed in negative_seeds(opts.seed, len(held))
-        ]
-    with timed("write"):
-        outputs = Outputs(u_idx, i_idx, held[0], *negs[0], encoding)
-        if len(held) > 1:
-            outputs.valid, (outputs.valid_neg_user, outputs.valid_neg_item) = held[1], negs[1]
-        counts = write_outputs(tmp, outputs)
-        vocab = _save_vocab(tmp, workflow, encoding)
-    return _metadata(opts, kept, encoding, counts, vocab, source, (backend, workers))
-
-
-def negative_seeds(seed: int, n_held: int) -> list[int]:
-    """Seeds of the negative draws: ``seed`` for test (as ``--holdout test`` draws), then one
-    derived from ``seed`` by numpy's SeedSequence for valid (an independent stream)."""
-    derived = np.random.SeedSequence([seed, 1]).generate_state(1, np.uint32)[0]
-    return [seed, int(derived)][:n_held]
-
-
-def _to_device(kept: Kept) -> Kept:
-    import cupy
-
-    names = ("user", "item", "time", "users", "items") + (("row",) if kept.row is not None else ())
-    fields = {f: cupy.asarray(getattr(kept, f)) for f in names}
-    return dataclasses.replace(kept, **fields)
 
 
 def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
@@ -351,7 +418,7 @@ def _save_vocab(tmp: Path, workflow: Any, encoding: Encoding) -> dict[str, Any]:
 
 def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, Any]:
     options = opts.fingerprint_options()
-    backend, workers = ran_on
+    backend, workers, partitions = ran_on
     return {
         "format": md.FORMAT,
         "num_users": encoding.user.cardinality,
@@ -371,8 +438,9 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
         "seed": opts.seed,
         "engine": opts.engine,
         "backend": backend,
-        # Where the fit ran (Dask workers; the external scheduler, if any). Neither changes the
-        # output, so neither is in the fingerprint.
+        # How the run was spread (partitions, Dask workers, the external scheduler, if any).
+        # None changes the output, so none is in the fingerprint.
+        "partitions": partitions,
         "workers": workers,
         "scheduler": opts.scheduler,
         "input": source,
@@ -396,9 +464,9 @@ def _reuse(opts: EtlConfig) -> dict[str, Any] | None:
     if not opts.out.exists() or _is_empty_dir(opts.out):
         return None
     check_replaceable(opts.out, "etl", (opts.input,), md.is_etl_output)
-    if not opts.input.is_file():
+    if not (opts.input.is_file() or opts.input.is_dir()):
         return None
-    wanted = md.fingerprint(opts.fingerprint_options(), sha256_file(opts.input))
+    wanted = md.fingerprint(opts.fingerprint_options(), input_sha256(opts.input))
     existing = md.read_metadata(opts.out)
     differences = md.reuse_differences(existing, wanted)
     if not differences and not opts.force:

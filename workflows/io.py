@@ -16,21 +16,28 @@ decimal integers in ``[0, 2**31)``, ratings numbers in ``[0.5, 5]``, timestamps 
 integers (Unix seconds). Any violation raises one ValueError naming the file, the line, the column,
 the value and what was expected (the first offending line; the count of bad lines in the column).
 
+- parquet: a ``.parquet`` file or a folder of them (``ncf.workflows.parquet_input``).
+
+Other column names: ``ncf etl --columns user=...,item=...,time=...`` (``ncf.workflows.columns``).
+
 Parsing uses Arrow's multi-threaded CSV reader with an explicit schema (20M ML-20m rows in about
 4 s on 2 cores). Arrow reports conversion errors without a row number, so on such an
-error a slower diagnostic pass re-reads the file as text to find the first bad line.
+error a slower diagnostic pass re-reads the file as text to find the first bad line. The
+partitioned ETL reads the same formats in blocks (``ncf.workflows.blocks``) with these parsers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ncf.core.names import RAW_COLUMNS, RAW_ITEM, RAW_RATING, RAW_TIME, RAW_USER
+from ncf.workflows.columns import ColumnMap
 from ncf.workflows.validate import diagnose, first_violation
 
 CSV_HEADER = ",".join(RAW_COLUMNS)
@@ -51,17 +58,37 @@ class Ratings:
     item: np.ndarray  # int32 [n], raw movieId
     time: np.ndarray  # int64 [n], Unix seconds
     path: Path
-    format: str  # "csv" or "dat"
+    format: str  # "csv", "dat" or "parquet"
+    row: np.ndarray | None = None  # int64 [n], increasing in input order (parquet: row number)
 
     @property
     def rows(self) -> int:
         return int(self.user.size)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """``user``, ``item``, ``time`` and ``row`` (the row number when the reader set none)."""
+        row = self.row if self.row is not None else np.arange(self.rows, dtype=np.int64)
+        return {"user": self.user, "item": self.item, "time": self.time, "row": row}
 
 
 # Compressed inputs: the endings Arrow decompresses, and the magic bytes of what it would not.
 COMPRESSED = {".gz": "gzip", ".bz2": "bz2"}
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ": "xz"}
 ZIP_MAGIC = b"PK\x03\x04"
+
+
+def input_format(path: Path) -> str:
+    """``"parquet"`` for a folder or a ``.parquet`` file, else :func:`detect_format`'s (after
+    checking that the file exists, is not empty and is not compressed in a way Arrow misreads)."""
+    if path.is_dir() or path.suffix == ".parquet":
+        return "parquet"
+    _check_file(path)
+    return detect_format(path)
+
+
+def is_compressed(path: Path) -> bool:
+    """True when the file is read decompressed (its ending says gzip or bz2)."""
+    return path.suffix in COMPRESSED
 
 
 def detect_format(path: str | Path) -> str:
@@ -89,47 +116,80 @@ def _check_compression(path: Path) -> None:
         )
 
 
-def _open(path: Path) -> pa.NativeFile:
+def open_input(path: Path) -> pa.NativeFile:
     """The file's bytes, decompressed when its ending says so."""
     return pa.input_stream(str(path), compression="detect")
 
 
-def read_ratings(path: str | Path) -> Ratings:
+def read_ratings(path: str | Path, columns: ColumnMap | None = None) -> Ratings:
     """Read and validate a ratings file; raise ValueError/FileNotFoundError on bad input.
 
     Parameters
     ----------
     path
-        ``ratings.csv`` (with header) or ``ratings.dat`` (ML-1M, ``::``-separated).
+        ``ratings.csv`` (with header), ``ratings.dat`` (ML-1M, ``::``-separated), or parquet (a
+        file or a folder of them).
+    columns
+        The input's column names (``--columns``); default MovieLens's.
 
     Returns
     -------
     Ratings
         The validated columns.
     """
-    path = Path(path)
-    _check_file(path)
-    fmt = detect_format(path)
-    if fmt == "csv":
-        _check_header(path, _first_line(path))
-    table = None if _header_only(path, fmt) else _read_table(path, fmt)
-    if table is None or table.num_rows == 0:
-        raise ValueError(
-            f"{path} has a header but no ratings: expected lines like 1,31,2.5,1260759144 after "
-            f"the header {CSV_HEADER}"
-        )
+    path, columns = Path(path), columns or ColumnMap()
+    fmt = input_format(path)
+    if fmt == "parquet":
+        from ncf.workflows.blocks import plan_blocks, read_all
+
+        cols = read_all(plan_blocks(path, columns))
+        return Ratings(cols["user"], cols["item"], cols["time"], path, fmt, cols["row"])
+    check_text_input(path, fmt, columns)
+    table = _read_table(path, fmt, columns)
+    if table.num_rows == 0:
+        raise ValueError(_no_ratings(path, columns))
     header_lines = 1 if fmt == "csv" else 0
-    problem = first_violation(table, header_lines, _layout(fmt))
+    problem = first_violation(table, header_lines, layout(fmt), columns.labels())
     if problem:
         raise ValueError(f"{path}, {problem}")
-    user, item, time = (_column(table, name) for name in (RAW_USER, RAW_ITEM, RAW_TIME))
+    user, item, time = (column_array(table, name) for name in (RAW_USER, RAW_ITEM, RAW_TIME))
     del table
     # Arrow's allocator keeps freed parse buffers (about 0.5 GB for ML-20m): give them back.
     pa.default_memory_pool().release_unused()
     return Ratings(user=user, item=item, time=time, path=path, format=fmt)
 
 
-def _layout(fmt: str) -> str:
+def check_text_input(path: Path, fmt: str, columns: ColumnMap) -> tuple[tuple[str, ...], int]:
+    """Check a CSV or ``.dat`` file up to its first rating.
+
+    Returns
+    -------
+    names, body
+        The field names of each line (CSV: its header's; ``.dat``: the fixed layout's) and where
+        the ratings start (bytes of the decompressed text: after the header line).
+    """
+    if fmt == "dat":
+        if not columns.is_default:
+            raise ValueError(f"{path}: ML-1M .dat files have fixed columns; drop --columns")
+        return DAT_FIELDS, 0
+    line = _first_line(path)
+    _check_header(path, line, columns)
+    if _header_only(path, fmt):
+        raise ValueError(_no_ratings(path, columns))
+    with open_input(path) as f:
+        first = f.read(1 << 16)
+    end = first.find(b"\n")
+    return tuple(_unquote(n) for n in line.split(",")), len(first) if end < 0 else end + 1
+
+
+def _no_ratings(path: Path, columns: ColumnMap) -> str:
+    return (
+        f"{path} has a header but no ratings: expected lines like 1,31,2.5,1260759144 after "
+        f"the header {columns.header()}"
+    )
+
+
+def layout(fmt: str) -> str:
     return (
         f"{DAT_LAYOUT} per line" if fmt == "dat" else f"{len(RAW_COLUMNS)} comma-separated fields"
     )
@@ -138,13 +198,15 @@ def _layout(fmt: str) -> str:
 def _check_file(path: Path) -> None:
     if not path.exists():
         raise FileNotFoundError(
-            f"{path}: no such ratings file; pass --input PATH to an ML-20m ratings.csv or ML-1M "
-            f"ratings.dat (`ncf download` or `ncf synth` make one)"
+            f"{path}: no such ratings file; pass --input PATH to an ML-20m ratings.csv, ML-1M "
+            f"ratings.dat or parquet file or folder (`ncf download` or `ncf synth` make one)"
         )
     if not path.is_file():
-        raise ValueError(f"{path} is not a file; pass --input PATH to a ratings.csv or ratings.dat")
+        raise ValueError(
+            f"{path} is not a file; pass --input PATH to a ratings.csv, ratings.dat or parquet"
+        )
     _check_compression(path)
-    with _open(path) as f:
+    with open_input(path) as f:
         start = f.read(len(BOM) + 1)  # decompressed
     if start in (b"", BOM):
         raise ValueError(
@@ -157,7 +219,7 @@ def _header_only(path: Path, fmt: str) -> bool:
     """True for a CSV holding just its header line (Arrow then fails to infer the columns)."""
     if fmt != "csv":
         return False
-    with _open(path) as f:
+    with open_input(path) as f:
         data = f.read((1 << 16) + 1)
     if len(data) > 1 << 16:
         return False
@@ -166,7 +228,7 @@ def _header_only(path: Path, fmt: str) -> bool:
 
 
 def _first_line(path: Path) -> str:
-    with _open(path) as f:
+    with open_input(path) as f:
         raw = f.read(1 << 16).split(b"\n", 1)[0]
     raw = raw.removeprefix(BOM).rstrip(b"\r\n")
     try:
@@ -179,11 +241,12 @@ def _unquote(name: str) -> str:
     return name[1:-1] if len(name) >= 2 and name[0] == name[-1] == '"' else name
 
 
-def _check_header(path: Path, line: str) -> None:
+def _check_header(path: Path, line: str, columns: ColumnMap) -> None:
     # Names as Arrow reads them: split on ',', surrounding quotes removed, spaces kept.
     names = [_unquote(n) for n in line.split(",")]
-    missing = [c for c in RAW_COLUMNS if c not in names]
-    repeated = sorted({n for n in names if n in RAW_COLUMNS and names.count(n) > 1})
+    wanted = columns.read()
+    missing = [c for c in wanted if c not in names]
+    repeated = sorted({n for n in names if n in wanted and names.count(n) > 1})
     if not missing and not repeated:
         return
     hint = ""
@@ -191,32 +254,60 @@ def _check_header(path: Path, line: str) -> None:
         hint = " (the separator must be ',')"
     elif all(n.replace(".", "", 1).isdigit() for n in names if n):
         hint = " (the header line is missing)"
+    elif columns.is_default:
+        hint = " (other names: --columns user=NAME,item=NAME,time=NAME)"
     what = f"missing column(s) {missing}" if missing else f"repeated column(s) {repeated}"
-    raise ValueError(f"{path}, line 1 (header): {what}{hint}; found {names}, expected {CSV_HEADER}")
+    raise ValueError(
+        f"{path}, line 1 (header): {what}{hint}; found {names}, expected {columns.header()}"
+    )
 
 
-def _read_table(path: Path, fmt: str) -> pa.Table:
+def _read_table(path: Path, fmt: str, columns: ColumnMap) -> pa.Table:
     """Arrow's fast typed read; on a parse or conversion error, diagnose the first bad line."""
+    names = list(DAT_FIELDS) if fmt == "dat" else None  # a CSV names its columns in its header
+    read = pacsv.ReadOptions(column_names=names, block_size=BLOCK_SIZE)
+    try:
+        return parse_csv(path, fmt, read, columns)
+    except (pa.ArrowInvalid, pa.ArrowKeyError) as exc:
+        raise diagnosed(path, fmt, columns, exc) from None
+
+
+def parse_csv(source: Any, fmt: str, read: pacsv.ReadOptions, columns: ColumnMap) -> pa.Table:
+    """Arrow's typed read of CSV or ``.dat`` text; the columns get their MovieLens names.
+
+    Raises Arrow's error on text it cannot convert (:func:`diagnosed` names the line).
+    """
     if fmt == "dat":
-        read = pacsv.ReadOptions(column_names=list(DAT_FIELDS), block_size=BLOCK_SIZE)
         parse = pacsv.ParseOptions(delimiter=":", ignore_empty_lines=False)
         types = {**TYPES, **{n: pa.string() for n in DAT_FIELDS if n.startswith("_sep")}}
-        columns = list(DAT_FIELDS)
+        include = list(DAT_FIELDS)
     else:
-        read = pacsv.ReadOptions(block_size=BLOCK_SIZE)
         parse = pacsv.ParseOptions(ignore_empty_lines=False)
-        types, columns = TYPES, list(RAW_COLUMNS)
+        labels = columns.labels()
+        types = {labels[raw]: TYPES[raw] for raw in labels}
+        include = columns.read()
     # Only empty fields are null: "NA"/"null" in an id column must be an error, not a null.
-    convert = pacsv.ConvertOptions(column_types=types, include_columns=columns, null_values=[""])
-    try:
-        return pacsv.read_csv(path, read_options=read, parse_options=parse, convert_options=convert)
-    except (pa.ArrowInvalid, pa.ArrowKeyError) as exc:
-        message = diagnose(path, read, parse, columns, 1 if fmt == "csv" else 0, _layout(fmt))
-        raise ValueError(
-            f"{path}, {message}" if message else f"{path}: cannot parse: {exc}"
-        ) from None
+    convert = pacsv.ConvertOptions(column_types=types, include_columns=include, null_values=[""])
+    table = pacsv.read_csv(source, read_options=read, parse_options=parse, convert_options=convert)
+    if fmt == "dat":
+        return table
+    return table.rename_columns([raw for raw in RAW_COLUMNS if raw in columns.labels()])
 
 
-def _column(table: pa.Table, name: str) -> np.ndarray:
+def diagnosed(path: Path, fmt: str, columns: ColumnMap, exc: Exception) -> ValueError:
+    """The error naming the first bad line of ``path``, after Arrow failed with ``exc``."""
+    if fmt == "dat":
+        names, roles = list(DAT_FIELDS), {n: n for n in DAT_FIELDS}
+    else:
+        names, roles = None, {name: raw for raw, name in columns.labels().items()}
+    read = pacsv.ReadOptions(column_names=names, block_size=BLOCK_SIZE)
+    parse = pacsv.ParseOptions(delimiter=":" if fmt == "dat" else ",", ignore_empty_lines=False)
+    message = diagnose(path, read, parse, roles, 1 if fmt == "csv" else 0, layout(fmt))
+    return ValueError(f"{path}, {message}" if message else f"{path}: cannot parse: {exc}")
+
+
+def column_array(table: pa.Table, name: str, dtype: Any = None) -> np.ndarray:
+    """One column as a numpy array (``dtype``: cast to it)."""
     col = table.column(name)
-    return (col.combine_chunks() if col.num_chunks > 1 else col.chunk(0)).to_numpy()
+    values = (col.combine_chunks() if col.num_chunks > 1 else col.chunk(0)).to_numpy()
+    return values if dtype is None else values.astype(dtype, copy=False)

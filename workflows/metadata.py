@@ -12,10 +12,19 @@ from ncf.core.names import METADATA_FILE
 
 # The version of metadata.json (outputs written before it existed have none, but a "fingerprint").
 FORMAT = "ncf-etl/1"
-# Options that change the output; --workers does not (a test checks 1 and 2 workers agree).
-OUTPUT_OPTIONS = ("negatives", "min_ratings", "seed", "engine", "holdout", "ties")
+# Options that change the output; --workers and --partitions do not (tests check they agree).
+OUTPUT_OPTIONS = (
+    "negatives", "min_ratings", "seed", "engine", "holdout", "ties", "columns", "negative_draw"
+)  # fmt: skip
+# How the evaluation negatives are drawn: each user from its own stream (ncf.workflows.negatives).
+NEGATIVE_DRAW = "per-user"
 # What outputs written before an option existed were made with (their fingerprint lacks the key).
-LEGACY_OPTIONS = {"holdout": "test", "ties": "item-id"}
+LEGACY_OPTIONS = {
+    "holdout": "test",
+    "ties": "item-id",
+    "columns": None,
+    "negative_draw": "one stream",
+}
 HOLDOUTS = ("valid,test", "test")
 TIES = ("item-id", "file-order")
 _PACKAGES = (
@@ -48,13 +57,15 @@ FIT_RULE = (
 )
 NEGATIVE_RULE = (
     "per test user, negatives_per_user distinct items drawn uniformly from the items the user "
-    "never interacted with (train or test); row order within a user is the draw order"
+    "never interacted with (train or test); row order within a user is the draw order; each "
+    "user draws from its own stream, seeded by seed and its user_id"
 )
 VALID_NEGATIVE_RULE = (
     "negatives/ (test) and valid_negatives/ (valid) each hold negatives_per_user distinct items per "
     "user, drawn uniformly from the items the user never interacted with (train, valid or test), so "
     "neither holds the other split's held-out item; the two draws are independent (valid uses a "
-    "seed derived from seed), and negatives/ is the draw --holdout test makes with the same seed"
+    "seed derived from seed), and negatives/ is the draw --holdout test makes with the same seed; "
+    "each user draws from its own stream, seeded by the split's seed and its user_id"
 )
 
 

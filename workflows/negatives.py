@@ -13,8 +13,13 @@ with (train or test). The loop runs over *rounds*, never over users:
 4. each user keeps the first accepted candidates in draw order, up to what it still needs.
 
 Keeping the first distinct accepted draws is sequential sampling without replacement, so each
-user's negatives are a uniform random subset of its free items, in draw order. The generator
-is seeded and the rounds are deterministic: same inputs and seed, same output.
+user's negatives are a uniform random subset of its free items, in draw order.
+
+Every user draws from a stream of its own (:func:`user_draws`): the k-th candidate of user u is a
+function of (seed, u, k) alone, and how many candidates a user draws in a round depends only on
+that user. So a user's negatives do not depend on which other users are sampled with it: the
+partitioned ETL, which samples each partition of users on its own, writes exactly what one process
+sampling every user at once writes, for any number of partitions.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ncf.workflows.backend import array_module, default_rng, member, repeat, stable_argsort
+from ncf.workflows.backend import array_module, member, repeat, stable_argsort
 
 MAX_ROUNDS = 200  # each round at least halves the shortfall in expectation; never reached
+# SplitMix64 (Steele, Lea and Flood 2014; docs/FACTS.md): the stream increment and the two
+# multipliers of its output function.
+GAMMA = 0x9E3779B97F4A7C15
+MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def check_feasible(counts: Any, n_items: int, n: int, user_ids: Any | None = None) -> None:
@@ -66,7 +75,13 @@ def _host(a: Any) -> Any:
 
 
 def sample_negatives(
-    pos_user: Any, pos_item: Any, n_users: int, n_items: int, n: int, seed: int
+    pos_user: Any,
+    pos_item: Any,
+    n_users: int,
+    n_items: int,
+    n: int,
+    seed: int,
+    user_keys: Any | None = None,
 ) -> tuple[Any, Any]:
     """Draw ``n`` distinct negatives for every user in ``[0, n_users)``.
 
@@ -80,7 +95,11 @@ def sample_negatives(
     n
         Negatives per user.
     seed
-        Generator seed.
+        Seed of the draw (one per held-out split).
+    user_keys
+        Per user, the id its stream is seeded from, shape ``[n_users]`` (the ETL passes each
+        user's model id, so a partition of users draws what the whole data set draws for them);
+        default: the user index itself.
 
     Returns
     -------
@@ -91,15 +110,23 @@ def sample_negatives(
     pos_keys = xp.unique(pos_user.astype(xp.int64) * n_items + pos_item)  # sorted, [n_pos]
     counts = xp.bincount(pos_keys // n_items, minlength=n_users)  # distinct positives per user
     check_feasible(counts, n_items, n)
-    rng = default_rng(xp, seed)
+    keys = xp.arange(n_users, dtype=xp.int64) if user_keys is None else user_keys
+    streams = user_streams(xp.asarray(keys), seed)  # uint64 [n_users]
+    drawn = xp.zeros(n_users, dtype=xp.int64)  # candidates drawn so far, per user
     have = xp.zeros(n_users, dtype=xp.int64)
     active = xp.arange(n_users, dtype=xp.int64)
     rounds: list[tuple[Any, Any]] = []  # accepted (user, item) of each round, sorted by user
     taken = xp.zeros(0, dtype=xp.int64)  # sorted keys accepted earlier for still-active users
     for _ in range(MAX_ROUNDS):
-        users, items = _round(
-            rng, active, n - have[active], counts[active] + have[active], pos_keys, taken, n_items
+        users, items, draws = _round(
+            (streams, drawn),
+            active,
+            n - have[active],
+            counts[active] + have[active],
+            (pos_keys, taken),
+            n_items,
         )
+        drawn[active] += draws
         rounds.append((users, items))
         have += xp.bincount(users, minlength=n_users)
         active = xp.flatnonzero(have < n)
@@ -111,20 +138,26 @@ def sample_negatives(
     raise RuntimeError(f"negative sampling did not finish in {MAX_ROUNDS} rounds")
 
 
-def _round(rng, active, need, blocked, pos_keys, taken, n_items):
-    """One rejection round for the ``active`` users; returns their accepted (user, item) pairs.
+def _round(rng, active, need, blocked, known, n_items):
+    """One rejection round for the ``active`` users: their accepted (user, item) pairs and how
+    many candidates each drew.
 
-    ``need`` and ``blocked`` (positives + already accepted) are per active user, ``[n_active]``.
+    ``rng`` is ``(streams, drawn)`` (per user, ``[n_users]``); ``need`` and ``blocked``
+    (positives + already accepted) are per active user, ``[n_active]``; ``known`` is the sorted
+    keys of the positives and of the negatives accepted earlier.
     """
     xp = array_module(active)
+    (streams, drawn), (pos_keys, taken) = rng, known
     # Expected acceptance is (n_items - blocked) / n_items; a few standard deviations of margin
     # let almost every user finish in this round.
     need_f = need.astype(xp.float64)
     free = (n_items - blocked).astype(xp.float64)
     draws = xp.ceil((need_f + 2.0 * xp.sqrt(need_f) + 2.0) * n_items / free).astype(xp.int64)
     user = repeat(active, draws)  # [n_draws], one block per user
-    item = rng.integers(0, n_items, size=int(draws.sum()), dtype=xp.int64)
     start = xp.cumsum(draws) - draws  # first slot of each block, [n_active]
+    # Candidate k of a user is draw number drawn[user] + k of its own stream.
+    counter = repeat(drawn[active] - start, draws) + xp.arange(user.size, dtype=xp.int64)
+    item = user_draws(streams[user], counter, n_items)
     key, row = _sorted_draws(user * n_items + item, start, draws, active, n_items)
     # In key order: reject repeats of a key (the earlier draw of a (user, item) pair comes
     # first), positives and earlier rounds' negatives. Sorted needles make the binary searches
@@ -138,7 +171,61 @@ def _round(rng, active, need, blocked, pos_keys, taken, n_items):
     csum = xp.cumsum(ok)
     before = csum[start] - ok[start]  # accepted draws before each block
     take = ok & (csum - repeat(before, draws) <= repeat(need, draws))
-    return user[take], item[take]
+    return user[take], item[take], draws
+
+
+def _mix(z: Any) -> Any:
+    """SplitMix64's output function on uint64 arrays (wraps modulo 2**64, as numpy and cupy do)."""
+    xp = array_module(z)
+    z = (z ^ (z >> xp.uint64(30))) * xp.uint64(MIX1)
+    z = (z ^ (z >> xp.uint64(27))) * xp.uint64(MIX2)
+    return z ^ (z >> xp.uint64(31))
+
+
+def user_streams(keys: Any, seed: int) -> Any:
+    """The starting state of each user's stream: a mix of the draw's seed and the user's key.
+
+    Parameters
+    ----------
+    keys
+        Non-negative int64 user keys, shape ``[n]``.
+    seed
+        Seed of the draw.
+
+    Returns
+    -------
+    array
+        uint64 ``[n]``.
+    """
+    xp = array_module(keys)
+    # The seed through numpy's SeedSequence: nearby seeds give unrelated 64-bit states.
+    lo, hi = np.random.SeedSequence(seed).generate_state(2, np.uint32)
+    base = xp.uint64((int(hi) << 32) | int(lo))
+    return _mix(_mix(keys.astype(xp.uint64) * xp.uint64(GAMMA) + base))
+
+
+def user_draws(stream: Any, counter: Any, n_items: int) -> Any:
+    """Uniform items in ``[0, n_items)``: draw ``counter`` of the stream ``stream`` (SplitMix64).
+
+    Parameters
+    ----------
+    stream
+        uint64 stream states (:func:`user_streams`), shape ``[m]``.
+    counter
+        Non-negative int64 draw numbers, shape ``[m]``.
+    n_items
+        Size of the range.
+
+    Returns
+    -------
+    array
+        int64 ``[m]``; the top 53 bits of each 64-bit output scaled to the range (a bias of at most
+        ``n_items / 2**53`` per item).
+    """
+    xp = array_module(stream, counter)
+    z = _mix(stream + counter.astype(xp.uint64) * xp.uint64(GAMMA))
+    unit = (z >> xp.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))  # [0, 1)
+    return xp.minimum((unit * n_items).astype(xp.int64), n_items - 1)
 
 
 def _sorted_draws(key: Any, start: Any, draws: Any, active: Any, n_items: int) -> tuple[Any, Any]:

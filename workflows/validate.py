@@ -51,8 +51,14 @@ def _bad_typed(col: pa.ChunkedArray, name: str) -> np.ndarray | None:
     return ~(values >= 0)
 
 
-def first_violation(table: pa.Table, header_lines: int, layout: str) -> str | None:
-    """Describe the first invalid row of a typed ratings table, or return None if all are valid."""
+def first_violation(
+    table: pa.Table, header_lines: int, layout: str, labels: dict[str, str] | None = None
+) -> str | None:
+    """Describe the first invalid row of a typed ratings table, or return None if all are valid.
+
+    The table's columns have the MovieLens names (``RAW_USER`` ...); ``labels`` maps them to the
+    input's own names for the message (``ncf etl --columns``).
+    """
     found: list[tuple[int, int, str]] = []  # (row, column order, name)
     masks = {}
     for order, name in enumerate(table.column_names):
@@ -71,7 +77,8 @@ def first_violation(table: pa.Table, header_lines: int, layout: str) -> str | No
     if name.startswith("_sep"):
         return f"line {line}: malformed '::' separator (found ':{value}:'); expected {layout}"
     shown = "an empty value" if value is None else f"value {value!r}"
-    return f"line {line}, column '{name}': {shown} ({count} bad line(s) in this column); expected {EXPECT[name]}"
+    label = (labels or {}).get(name, name)
+    return f"line {line}, column '{label}': {shown} ({count} bad line(s) in this column); expected {EXPECT[name]}"
 
 
 def _bad_text(col: pa.ChunkedArray, name: str) -> np.ndarray:
@@ -112,11 +119,13 @@ def diagnose(
     path: Path,
     read: pacsv.ReadOptions,
     parse: pacsv.ParseOptions,
-    columns: list[str],
+    columns: dict[str, str],
     header_lines: int,
     layout: str,
 ) -> str | None:
     """Re-read ``path`` as text in one thread and describe its first bad line (None if none found).
+
+    ``columns`` maps each input column to read to its MovieLens name (which sets its check).
 
     Arrow's typed reader reports neither the line of a conversion error nor, when multi-threaded,
     of a line with the wrong number of fields; this pass finds both. Its text kernels need UTF-8,
@@ -136,7 +145,7 @@ class _Text(NamedTuple):
 
     read: pacsv.ReadOptions
     parse: pacsv.ParseOptions
-    columns: list[str]
+    columns: dict[str, str]  # input name -> MovieLens name
     header_lines: int
     layout: str
 
@@ -173,7 +182,9 @@ def _diagnose_text(source: Path | pa.BufferReader, spec: _Text) -> str | None:
     )
     columns, header_lines, layout = spec.columns, spec.header_lines, spec.layout
     convert = pacsv.ConvertOptions(
-        column_types={c: pa.string() for c in columns}, include_columns=columns, check_utf8=False
+        column_types={c: pa.string() for c in columns},
+        include_columns=list(columns),
+        check_utf8=False,
     )
     try:
         table = pacsv.read_csv(
@@ -186,13 +197,13 @@ def _diagnose_text(source: Path | pa.BufferReader, spec: _Text) -> str | None:
     limit = first_bad_row[0].number if first_bad_row else None
     best = None
     for order, name in enumerate(columns):
-        bad = _bad_text(table.column(name), name)
+        bad = _bad_text(table.column(name), columns[name])
         if bad.any():
             row = int(np.argmax(bad))
             if best is None or (row, order) < best[:2]:
                 best = (row, order, name)
     if best is not None and (limit is None or best[0] + 1 + header_lines < limit):
-        return _text_message(table, best[0], best[2], header_lines, layout)
+        return _text_message(table, best[0], best[2], header_lines, (layout, columns))
     if first_bad_row:
         bad_row = first_bad_row[0]
         return (
@@ -209,7 +220,9 @@ def _text(scalar: pa.Scalar) -> str:
     return scalar.as_buffer().to_pybytes().decode("utf-8", errors="replace")
 
 
-def _text_message(table: pa.Table, row: int, name: str, header_lines: int, layout: str) -> str:
+def _text_message(table: pa.Table, row: int, name: str, header_lines: int, expect: tuple) -> str:
+    """The message for ``row``'s bad ``name``; ``expect`` is ``(layout, input -> MovieLens name)``."""
+    layout, roles = expect
     line = row + 1 + header_lines
     values = {c: _text(table.column(c)[row]) for c in table.column_names}
     if all(v == "" for v in values.values()):
@@ -218,4 +231,4 @@ def _text_message(table: pa.Table, row: int, name: str, header_lines: int, layou
         return (
             f"line {line}: malformed '::' separator (found ':{values[name]}:'); expected {layout}"
         )
-    return f"line {line}, column '{name}': value {values[name]!r}; expected {EXPECT[name]}"
+    return f"line {line}, column '{name}': value {values[name]!r}; expected {EXPECT[roles[name]]}"

@@ -185,11 +185,20 @@ def _frame(columns: dict[str, Any]) -> Any:
     return pd.DataFrame(columns)
 
 
-def fit_workflow(user: Any, item: Any, workdir: Path, client: Any = None) -> Any:
-    """Fit the Workflow on every kept rating (raw ids, shape ``[n]``); categories go to ``workdir``.
+def fit_workflow(kept: Any, workdir: Path, client: Any = None) -> Any:
+    """Fit the Workflow on every kept rating; its categories go to ``workdir``.
 
-    With a Dask client the ratings are first written to parquet in ``workdir``, and each worker
-    reads its own row groups: shipping an in-memory frame through the scheduler is slower.
+    Parameters
+    ----------
+    kept
+        ``(user, item)`` raw-id arrays ``[n]`` (numpy or cupy), or parquet files holding the
+        columns ``userId`` and ``movieId`` (the partitioned ETL's kept ratings).
+    workdir
+        Scratch folder of the fit (every Dask worker must see it).
+    client
+        Dask client: the fit runs on its workers. In-memory arrays are then first written to
+        parquet in ``workdir`` and each worker reads its own row groups: shipping an in-memory
+        frame through the scheduler is slower.
     """
     # Absolute: the workers of a --scheduler cluster run in other directories (or on other hosts).
     workdir = workdir.resolve()
@@ -197,22 +206,29 @@ def fit_workflow(user: Any, item: Any, workdir: Path, client: Any = None) -> Any
     with quiet_merlin():
         from merlin.io import Dataset
 
-    frame = _frame({RAW_USER: user, RAW_ITEM: item})
-    gpu = array_module(user).__name__ == "cupy"
-    parts = max(1, math.ceil(len(frame) / PART_ROWS))
-    with quiet_merlin():
+    if isinstance(kept, tuple):
+        user, item = kept
+        gpu = array_module(user).__name__ == "cupy"
         if client is None:
-            dataset = Dataset(frame, npartitions=parts, cpu=not gpu)
-        else:
-            path = workdir / "fit-input.parquet"
-            workdir.mkdir(parents=True, exist_ok=True)
-            check_workers_see(client, workdir)
-            table = pa.table({RAW_USER: to_numpy(user), RAW_ITEM: to_numpy(item)})
-            pq.write_table(table, path, row_group_size=PART_ROWS)
-            del frame, table
-            dataset = Dataset(
-                str(path), engine="parquet", part_size=f"{PART_ROWS * 8}B", cpu=not gpu
-            )
+            frame = _frame({RAW_USER: user, RAW_ITEM: item})
+            parts = max(1, math.ceil(len(frame) / PART_ROWS))
+            with quiet_merlin():
+                workflow.fit(Dataset(frame, npartitions=parts, cpu=not gpu))
+            return workflow
+        path = workdir / "fit-input.parquet"
+        workdir.mkdir(parents=True, exist_ok=True)
+        table = pa.table({RAW_USER: to_numpy(user), RAW_ITEM: to_numpy(item)})
+        pq.write_table(table, path, row_group_size=PART_ROWS)
+        del table
+        kept = [path]
+    else:
+        gpu = gpu_available()
+    if client is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        check_workers_see(client, workdir)
+    with quiet_merlin():
+        files = [str(f) for f in kept]
+        dataset = Dataset(files, engine="parquet", part_size=f"{PART_ROWS * 8}B", cpu=not gpu)
         workflow.fit(dataset)
     return workflow
 

@@ -246,7 +246,7 @@ def atomic_dir(
         check_replaceable(target, owner, inputs, recognise)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} already exists; pass --force to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    made = _make_parents(target.parent)
     clean_stale(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
@@ -262,7 +262,18 @@ def atomic_dir(
         _fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # deepest first; only the folders made here, and only if empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; return the folders it created, deepest first (a failed command
+    removes them again: it leaves nothing behind, not even an empty folder)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 def _exchange(a: Path, b: Path) -> bool:

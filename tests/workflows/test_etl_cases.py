@@ -107,14 +107,19 @@ def test_hand_made_table_nvtabular_engine(table, tmp_path):
         (TABLE, {"min_ratings": 50}, r"no user has >= 50 ratings"),
     ],
 )
-@pytest.mark.parametrize("engine", ["pandas", pytest.param("nvtabular", marks=needs_nvtabular)])
-def test_errors_write_nothing(tmp_path, content, options, message, engine):
+@pytest.mark.parametrize(
+    "engine, partitions",
+    [("pandas", 1), ("pandas", 3), pytest.param("nvtabular", 1, marks=needs_nvtabular)],
+)
+def test_errors_write_nothing(tmp_path, content, options, message, engine, partitions):
+    # In memory the input is rejected before the output's folder exists; partitioned, inside
+    # its temporary folder: either way nothing is left, not even the parent folder it made.
     path = tmp_path / "in" / "ratings.csv"
     path.parent.mkdir()
     path.write_text(content)
     out = tmp_path / "outs" / "etl"
     with pytest.raises(ValueError, match=message):
-        etl(path, out, engine=engine, **options)
+        etl(path, out, engine=engine, partitions=partitions, **options)
     assert not (tmp_path / "outs").exists()
 
 

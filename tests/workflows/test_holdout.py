@@ -253,39 +253,31 @@ def _digest(out, name: str) -> str:
     return h.hexdigest()
 
 
-# sha256 of the int64 user_id then item_id columns written by the code before --holdout existed
-# (commit 17d9b41, `ncf etl --input data/ml-latest-small/ratings.csv --seed 3`, engines below), one
-# set per test lane: NVTabular's Categorify breaks frequency ties in another order on the NGC
-# lane's stack (docs/PLATFORMS.md), so its ids, and the negatives drawn by id, differ there.
-BEFORE = {
-    "pandas": [
-        {
-            TRAIN_DIR: "a9327c6298ed4e356c6353715a729be06c120f1670b40003950eb10703d9b505",
-            TEST_DIR: "07abfa8a32045482a2f9c4a73c689448705254e97216d6e664fa19b7f03ac456",
-            NEGATIVES_DIR: "add248010a5a362e673c63e689bc9c0cc179c0ce93c4ff80e3dedf565e4fff33",
-        }
-    ],
-    "nvtabular": [
-        {  # the CPU venv
-            TRAIN_DIR: "2f37ff64375b41eaa95e0b4aee754e3d82cd871f4fecacf310825c13617f0c12",
-            TEST_DIR: "7fb9a718da986a2cbc8736c345e239c898029effeea34234a38d5a615c4724d4",
-            NEGATIVES_DIR: "4d4a5c9c19fa2fb57a5b35d158946cd0e31612251a522b6d889852daf5d81348",
-        },
-        {  # the NGC lane (17d9b41 run there with .venv-ngc)
-            TRAIN_DIR: "e84c3c285331461837c40c855bab170d8ec79ffac4c1c5088fa06b2d2a288b07",
-            TEST_DIR: "4b1ab60f24c4af8b11d48f577b4d9c72a692f4e214e01a5f7c8005a82d34c172",
-            NEGATIVES_DIR: "5787f87723ab6ab71109a9a05f180d3f554f2394ac3d537a030c4664de143552",
-        },
-    ],
+# sha256 of the int64 user_id then item_id columns of `ncf etl --input
+# data/ml-latest-small/ratings.csv --seed 3 --holdout test`, one set per engine, the same on both
+# test lanes. The pandas engine's train/ and test/ are still exactly what the code before --holdout
+# wrote (commit 17d9b41); every negatives/ changed with the per-user draw, and the nvtabular
+# engine's train/ with its rows sorted by user_id (Categorify's frequency order).
+PINNED = {
+    "pandas": {
+        TRAIN_DIR: "a9327c6298ed4e356c6353715a729be06c120f1670b40003950eb10703d9b505",
+        TEST_DIR: "07abfa8a32045482a2f9c4a73c689448705254e97216d6e664fa19b7f03ac456",
+        NEGATIVES_DIR: "a7d6bece7439c95d5a7fb3347c9d8eea76b3f9ee46a4525ae0e4d29f8b6c8d55",
+    },
+    "nvtabular": {
+        TRAIN_DIR: "5673deec9efe719418d8947480c60c3b0ce85f76e5d2fe985c2c5e9abb404468",
+        TEST_DIR: "4b1ab60f24c4af8b11d48f577b4d9c72a692f4e214e01a5f7c8005a82d34c172",
+        NEGATIVES_DIR: "b0256e0d7dbd129fa4f33654c8b47c0b29d407970b631370a4e884f7bdc6d05d",
+    },
 }
 
 
 @pytest.mark.parametrize("engine", ["pandas", pytest.param("nvtabular", marks=needs_nvtabular)])
-def test_holdout_test_reproduces_the_outputs_before_the_option(tmp_path, engine):
+def test_holdout_test_output_is_pinned_and_valid_test_shares_it(tmp_path, engine):
     out = tmp_path / "test"
     etl(SMALL, out, seed=3, engine=engine, holdout="test")
     before = {n: _digest(out, n) for n in (TRAIN_DIR, TEST_DIR, NEGATIVES_DIR)}
-    assert before in BEFORE[engine]
+    assert before == PINNED[engine]
     assert not (out / VALID_DIR).exists()
     # valid,test: the same test/ rows and test negatives (same seed, same users), one train row
     # per user less, and a valid/ split.

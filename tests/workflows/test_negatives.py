@@ -97,3 +97,40 @@ def test_huge_item_range_takes_the_argsort_path():
     for u in (0, 1):
         mine = items[users == u].tolist()
         assert len(set(mine)) == 4 and not set(mine) & set(pi[pu == u].tolist())
+
+
+@pytest.mark.parametrize("parts", [2, 3, 8])
+def test_a_partition_of_users_draws_what_the_whole_draws_for_them(parts):
+    # Each user's stream is seeded by its key: sampling users in disjoint groups, each group with
+    # its own local indices and the users' global ids as keys, gives every user the negatives
+    # that one draw over all users gives it.
+    rng = np.random.default_rng(11)
+    n_users, n_items, n = 40, 60, 9
+    pu, pi = random_positives(rng, n_users, n_items, n)
+    whole_u, whole_i = sample_negatives(pu, pi, n_users, n_items, n, 5)
+    group = rng.integers(0, parts, n_users)
+    for g in range(parts):
+        members = np.flatnonzero(group == g)  # global ids of this partition's users
+        local = np.full(n_users, -1)
+        local[members] = np.arange(members.size)
+        rows = np.isin(pu, members)
+        users, items = sample_negatives(
+            local[pu[rows]], pi[rows], members.size, n_items, n, 5, user_keys=members
+        )
+        np.testing.assert_array_equal(members[users], whole_u[np.isin(whole_u, members)])
+        np.testing.assert_array_equal(items, whole_i[np.isin(whole_u, members)])
+
+
+def test_user_draws_hand_checked():
+    # SplitMix64 of state s + k * GAMMA, top 53 bits scaled to the range: one draw by hand.
+    from ncf.workflows.negatives import GAMMA, MIX1, MIX2, user_draws
+
+    mask = (1 << 64) - 1
+    s, k, n_items = 12345, 7, 1000
+    z = (s + k * GAMMA) & mask
+    z = ((z ^ (z >> 30)) * MIX1) & mask
+    z = ((z ^ (z >> 27)) * MIX2) & mask
+    z ^= z >> 31
+    expected = ((z >> 11) * n_items) >> 53
+    got = user_draws(np.array([s], dtype=np.uint64), np.array([k]), n_items)
+    assert got.tolist() == [expected]

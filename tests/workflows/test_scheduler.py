@@ -23,14 +23,15 @@ import pytest
 from ncf import cli
 from ncf.core.names import WORKFLOW_DIR
 from ncf.workflows.etl import EtlConfig
-from tests.workflows.helpers import REPO, SMALL, etl, metadata, needs_nvtabular, outputs
+from tests.workflows.helpers import REPO, SMALL, etl, metadata, needs_nvtabular
+from tests.workflows.test_partitioned import assert_same_output
 
 distributed = pytest.importorskip("distributed")
 
 START_S = 90  # bound on a process start on 2 busy cores (imports take most of it)
 STOP_S = 20  # bound on a graceful stop before SIGKILL
 # Keys of metadata.json that describe the run, not the output.
-RUN_KEYS = {"created", "timings_s", "workers", "scheduler"}
+RUN_KEYS = {"created", "timings_s", "partitions", "workers", "scheduler"}
 
 
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -141,7 +142,7 @@ def test_etl_on_a_running_cluster_equals_one_process(cluster, tmp_path):
         # A subprocess as a user runs it, from another directory than the workers', --out relative.
         run = subprocess.run(
             [sys.executable, "-m", "ncf.cli", "etl", "--input", str(SMALL), "--out", "two"]
-            + ["--seed", "1", "--scheduler", cluster],
+            + ["--seed", "1", "--scheduler", cluster, "--partitions", "3"],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
@@ -153,13 +154,12 @@ def test_etl_on_a_running_cluster_equals_one_process(cluster, tmp_path):
     ran = sum(after.values()) - sum(before.values())
     assert ran > 0, f"the cluster's workers ran no task ({before} -> {after})"
     two = tmp_path / "two"
-    for name, frame in outputs(one).items():
-        pd.testing.assert_frame_equal(outputs(two)[name], frame)
+    assert_same_output(one, two)  # partitioned on the cluster's workers: the in-memory output
     for vocab in ("unique.userId.parquet", "unique.movieId.parquet"):
         path = f"{WORKFLOW_DIR}/categories/{vocab}"
         pd.testing.assert_frame_equal(pd.read_parquet(two / path), pd.read_parquet(one / path))
     m1, m2 = metadata(one), metadata(two)
-    assert (m2["scheduler"], m2["workers"]) == (cluster, 2)
+    assert (m2["scheduler"], m2["workers"], m2["partitions"]) == (cluster, 2, 3)
     assert (m1["scheduler"], m1["workers"]) == (None, 1)
     assert {k: v for k, v in m2.items() if k not in RUN_KEYS} == {
         k: v for k, v in m1.items() if k not in RUN_KEYS

@@ -21,6 +21,7 @@ from tests.workflows.helpers import (
     outputs,
     write_synthetic,
 )
+from tests.workflows.test_partitioned import assert_same_output
 
 
 def ncf_etl(*args: str) -> list[str]:
@@ -29,20 +30,21 @@ def ncf_etl(*args: str) -> list[str]:
 
 @needs_nvtabular
 def test_two_dask_workers_give_the_one_process_output(tmp_path):
+    # Three partitions on a local cluster of two worker processes: the in-memory output.
     one, two = tmp_path / "one", tmp_path / "two"
     etl(SMALL, one, seed=1)
     # A subprocess: the Dask LocalCluster's worker processes need a __main__ guard (ncf.cli has one).
+    args = ("--workers", "2", "--partitions", "3", "--seed", "1")
     run = subprocess.run(
-        ncf_etl("--input", str(SMALL), "--out", str(two), "--workers", "2", "--seed", "1"),
+        ncf_etl("--input", str(SMALL), "--out", str(two), *args),
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert metadata(two)["workers"] == 2
-    for name, frame in outputs(one).items():
-        pd.testing.assert_frame_equal(outputs(two)[name], frame)
+    assert (metadata(two)["workers"], metadata(two)["partitions"]) == (2, 3)
+    assert_same_output(one, two)
     for vocab in ("unique.userId.parquet", "unique.movieId.parquet"):
         path = f"{WORKFLOW_DIR}/categories/{vocab}"
         pd.testing.assert_frame_equal(pd.read_parquet(two / path), pd.read_parquet(one / path))

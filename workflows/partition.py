@@ -1,0 +1,226 @@
+"""The ETL's per-user steps, on one partition of users (numpy or cupy arrays; no NVTabular).
+
+A partition is any set of users with every one of their ratings. Each step here decides user by
+user, so running it on the whole data at once (the in-memory path) or on each partition of a
+shuffle by user (the partitioned path) gives every user the same rows:
+
+1. :func:`prepare` (raw ids): the latest of duplicate pairs, the minimum-ratings filters, and the
+   held-out rows (leave-last-out by time). Its summary (distinct users with their counts,
+   distinct items, dropped rows) is all the driver needs to fit the id vocabularies.
+2. :func:`finish` (after the vocabularies are fitted on every partition's kept ratings): model
+   ids, exact evaluation negatives seeded per user (``ncf.workflows.negatives``), and the output
+   rows, sorted by model user id (a user's rows keep the input's order; negatives their draw order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ncf.workflows import metadata as md
+from ncf.workflows.backend import array_module, dense_codes, stable_argsort, to_numpy
+from ncf.workflows.encoding import Encoding
+from ncf.workflows.negatives import check_feasible, sample_negatives, user_streams
+from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
+
+# ``Prepared.held`` codes: held-out split k of hold_out_latest (0 = test) has code k + 1.
+TRAIN, TEST, VALID = 0, 1, 2
+
+
+def negative_seeds(seed: int, n_held: int) -> list[int]:
+    """Seeds of the negative draws: ``seed`` for test (as ``--holdout test`` draws), then one
+    derived from ``seed`` by numpy's SeedSequence for valid (an independent stream)."""
+    derived = np.random.SeedSequence([seed, 1]).generate_state(1, np.uint32)[0]
+    return [seed, int(derived)][:n_held]
+
+
+def partition_of(user: Any, partitions: int) -> Any:
+    """The partition of each raw user id, int64 ``[n]`` in ``[0, partitions)`` (a hash: balanced
+    for any id layout, and the same in every process)."""
+    xp = array_module(user)
+    return (user_streams(user.astype(xp.int64), 0) % xp.uint64(partitions)).astype(xp.int64)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """One partition's kept ratings (raw ids, input order) and what was dropped."""
+
+    user: Any  # int32 [n] raw user id
+    item: Any  # int32 [n] raw item id
+    held: Any  # int8 [n] TRAIN, TEST or VALID
+    users: Any  # distinct raw user ids, ascending [n_users]
+    counts: Any  # int64 [n_users] kept ratings (= distinct items) of each user
+    items: Any  # distinct raw item ids, ascending [n_items]
+    dropped: dict[str, int]
+    dropped_users: dict[str, int]
+
+
+def prepare(
+    cols: dict[str, Any], min_ratings: int, holdout: str, file_order: bool = False
+) -> Prepared:
+    """De-duplicate, filter and split one partition (raw ids; every user with all its rows).
+
+    Parameters
+    ----------
+    cols
+        ``user``, ``item`` (int32 raw ids), ``time`` (int64) and ``row`` (int64, increasing in
+        input order) of the partition's ratings, shape ``[n]``, in input order.
+    min_ratings
+        Users with fewer kept ratings are dropped (then those below ``holdout``'s minimum).
+    holdout
+        ``"valid,test"`` or ``"test"``.
+    file_order
+        Ties on timestamp go to the later row (``--ties file-order``) instead of the larger item.
+
+    Returns
+    -------
+    Prepared
+    """
+    keep = latest_of_duplicates(cols["user"], cols["item"], cols["time"])
+    n_dup = int(keep.size - keep.sum())
+    cols = _take(cols, keep, n_dup)
+    keep, small_users = min_count_mask(cols["user"], min_ratings)
+    n_small = int(keep.size - keep.sum())
+    cols = _take(cols, keep, n_small)
+    need = md.holdout_minimum(holdout)
+    few_rows, few_users = 0, 0
+    if need > min_ratings:
+        keep, few_users = min_count_mask(cols["user"], need)
+        few_rows = int(keep.size - keep.sum())
+        cols = _take(cols, keep, few_rows)
+    xp = array_module(cols["user"])
+    codes, users = dense_codes(cols["user"])
+    _, items = dense_codes(cols["item"])
+    held = xp.zeros(codes.shape, dtype=xp.int8)
+    if codes.size:
+        tie = cols["row"] if file_order else cols["item"]
+        masks = hold_out_latest(codes, tie, cols["time"], users.size, len(holdout.split(",")))
+        for k, mask in enumerate(masks):
+            held[mask] = k + 1
+    return Prepared(
+        user=cols["user"],
+        item=cols["item"],
+        held=held,
+        users=users,
+        counts=xp.bincount(codes, minlength=users.size),
+        items=items,
+        dropped={
+            "duplicate_pairs": n_dup,
+            "users_below_min_ratings": n_small,
+            "users_below_holdout_minimum": few_rows,
+        },
+        dropped_users={"below_min_ratings": small_users, "below_holdout_minimum": few_users},
+    )
+
+
+@dataclasses.dataclass
+class Summary:
+    """What the driver needs of the prepared partitions: distinct users (with their counts) and
+    items, and the rows and users dropped; host arrays."""
+
+    users: np.ndarray  # raw user ids, ascending
+    counts: np.ndarray  # kept ratings of each user
+    items: np.ndarray  # distinct raw item ids, ascending
+    dropped: dict[str, int]
+    dropped_users: dict[str, int]
+
+    @classmethod
+    def of(cls, part: Prepared) -> Summary:
+        return cls(
+            to_numpy(part.users), to_numpy(part.counts), to_numpy(part.items),
+            part.dropped, part.dropped_users,
+        )  # fmt: skip
+
+    @classmethod
+    def merge(cls, parts: list[Summary]) -> Summary:
+        """One summary of disjoint partitions of users (as one partition of them all would be)."""
+        total = {k: sum(p.dropped[k] for p in parts) for k in parts[0].dropped}
+        dropped_users = {k: sum(p.dropped_users[k] for p in parts) for k in parts[0].dropped_users}
+        users = np.concatenate([p.users for p in parts])
+        order = np.argsort(users)
+        counts = np.concatenate([p.counts for p in parts])[order]
+        items = np.unique(np.concatenate([p.items for p in parts]))
+        return cls(users[order], counts, items, total, dropped_users)
+
+    def check(self, path: Any, min_ratings: int, holdout: str, negatives: int) -> None:
+        """Raise ValueError when no user is left, or a user has too few items left to draw
+        ``negatives`` from (naming the user and the fix)."""
+        need = md.holdout_minimum(holdout)
+        if self.users.size == 0:
+            fix = "lower --min-ratings"
+            if need > min_ratings:
+                fix = f"--holdout {holdout} needs {need} per user (train, valid, test); try --holdout test"
+            dropped = sum(self.dropped_users.values())
+            raise ValueError(
+                f"{path}: no user has >= {max(need, min_ratings)} ratings "
+                f"({dropped} users dropped); {fix}"
+            )
+        check_feasible(self.counts, int(self.items.size), negatives, self.users)
+
+
+def _take(cols: dict[str, Any], keep: Any, n_dropped: int) -> dict[str, Any]:
+    """The rows of ``cols`` where ``keep`` (the same arrays when nothing is dropped)."""
+    return {k: v[keep] for k, v in cols.items()} if n_dropped else cols
+
+
+def finish(
+    part: Prepared, encoding: Encoding, negatives: int, seeds: list[int]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The output rows of one prepared partition, in model ids.
+
+    Parameters
+    ----------
+    part
+        :func:`prepare`'s result.
+    encoding
+        The vocabularies fitted on every partition's kept ratings.
+    negatives
+        Evaluation negatives per user and held-out split.
+    seeds
+        One seed per held-out split, ``[test, valid]`` (:func:`negative_seeds`).
+
+    Returns
+    -------
+    dict
+        Dataset name (``names.TRAIN_DIR`` ...) -> host int64 ``(user_id, item_id)``, sorted by
+        ``user_id``.
+    """
+    from ncf.core import names
+
+    xp = array_module(part.user)
+    u_idx = encoding.user.index(part.user).astype(xp.int64)  # model id - lo, [n]
+    i_idx = encoding.item.index(part.item).astype(xp.int64)
+    # Local dense users (for the sampler's arrays) in model-id order, so that its user-sorted
+    # output is also sorted by model id.
+    local, by_local = dense_codes(u_idx)  # by_local: model index of each local user, ascending
+    out = {names.TRAIN_DIR: _sorted_pairs(u_idx, i_idx, part.held == TRAIN, encoding)}
+    datasets = [(TEST, names.TEST_DIR, names.NEGATIVES_DIR)]
+    if len(seeds) > 1:
+        datasets.append((VALID, names.VALID_DIR, names.VALID_NEGATIVES_DIR))
+    for (code, held_dir, neg_dir), seed in zip(datasets, seeds, strict=True):
+        out[held_dir] = _sorted_pairs(u_idx, i_idx, part.held == code, encoding)
+        # One draw per held-out split, each over every positive (train, valid and test).
+        nu, ni = sample_negatives(
+            local, i_idx, by_local.size, encoding.item.size, negatives, seed, user_keys=by_local
+        )
+        out[neg_dir] = _model_ids(by_local[nu], ni, encoding)
+    return out
+
+
+def _sorted_pairs(u_idx: Any, i_idx: Any, mask: Any, encoding: Encoding) -> tuple:
+    """The rows where ``mask``, stably sorted by user (each user keeps its input order)."""
+    u, i = u_idx[mask], i_idx[mask]
+    if u.size > 1 and bool((u[1:] < u[:-1]).any()):
+        order = stable_argsort(u)
+        u, i = u[order], i[order]
+    return _model_ids(u, i, encoding)
+
+
+def _model_ids(u_idx: Any, i_idx: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray]:
+    """Host int64 model ids from dense indices (``lo + index``)."""
+    return (
+        to_numpy(u_idx).astype(np.int64) + encoding.user.lo,
+        to_numpy(i_idx).astype(np.int64) + encoding.item.lo,
+    )
