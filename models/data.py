@@ -101,6 +101,16 @@ def read_metadata(etl_dir: str | Path) -> tuple[dict, str]:
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise ValueError(f"{path}: missing keys {missing}; regenerate it with `ncf etl`")
+    schema = Path(etl_dir) / names.TRAIN_DIR / names.SCHEMA_FILE
+    if schema.is_file():  # ETL outputs from before the schema have only metadata.json
+        sizes = schema_cardinalities(schema)
+        for key, column in (("num_users", names.USER), ("num_items", names.ITEM)):
+            if int(meta[key]) != sizes[column]:
+                raise ValueError(
+                    f"{schema}: {column} has {sizes[column]} ids but {path} says {key}="
+                    f"{meta[key]}; regenerate both with `ncf etl`"
+                )
+            meta[key] = sizes[column]  # the table sizes come from the schema
     for kind in ("user", "item"):
         lo, hi = (int(x) for x in meta[f"{kind}_id_range"])
         n = int(meta[f"num_{kind}s"])
@@ -110,6 +120,32 @@ def read_metadata(etl_dir: str | Path) -> tuple[dict, str]:
                 "regenerate it with `ncf etl`"
             )
     return meta, sha256_bytes(raw)
+
+
+_FEATURE = re.compile(r'^feature\s*\{\s*name:\s*"([^"]+)"', re.M)
+_DOMAIN_MAX = re.compile(r"int_domain\s*\{[^}]*?\bmax:\s*(\d+)")
+
+
+def schema_cardinalities(path: Path) -> dict[str, int]:
+    """Ids each column's embedding table must hold, from a Merlin ``schema.pbtxt``: its
+    ``int_domain`` max + 1 (the ETL writes ``[0, cardinality - 1]``; ``ncf.workflows.schema``).
+
+    Read as text: training does not import Merlin. Raises ValueError naming the file when the
+    user or item column, or its domain, is missing.
+    """
+    text = textfile.read_text(path)
+    starts = [(m.start(), m.group(1)) for m in _FEATURE.finditer(text)]
+    sizes = {}
+    for (start, name), (end, _) in zip(starts, [*starts[1:], (len(text), "")], strict=True):
+        found = _DOMAIN_MAX.search(text, start, end)
+        if found:
+            sizes[name] = int(found.group(1)) + 1
+    missing = [c for c in (names.USER, names.ITEM) if c not in sizes]
+    if missing:
+        raise ValueError(
+            f"{path}: no int_domain max for {missing}; regenerate it with `ncf etl`"
+        )
+    return sizes
 
 
 def _natural_key(path: Path) -> list:

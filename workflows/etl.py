@@ -38,12 +38,14 @@ from ncf.workflows.blocks import Block, estimate_rows, plan_blocks
 from ncf.workflows.columns import ColumnMap, parse_columns
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
 from ncf.workflows.io import read_ratings
-from ncf.workflows.output import write_part
+from ncf.workflows.output import COUNT_KEYS, write_part
 from ncf.workflows.parquet_input import parquet_files
 from ncf.workflows.partition import Summary, finish, negative_seeds, prepare
 from ncf.workflows.partitioned import default_partitions
+from ncf.workflows.schema import write_schemas
 
 ENGINES = ("nvtabular", "pandas")
+DATASETS = tuple(COUNT_KEYS)  # the dataset folders an output may hold
 # Ratings per partition: about 100 bytes a rating at the peak of the per-user steps, so 25M keep a
 # process near 2.5-3 GB and 200M ratings (8 partitions) within 8 GB on 2 workers
 # (docs/ARCHITECTURE.md, 'Partitioned ETL'; bench/results/etl-scale.json).
@@ -261,6 +263,7 @@ def _in_memory(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dic
             rows = finish(part, encoding, opts.eval_negatives, _seeds(opts))
         with timed("write"):
             counts = write_part(tmp, 0, rows)
+            write_schemas(tmp, list(rows), encoding)
             vocab = _save_vocab(tmp, workflow, encoding)
         meta.update(
             _metadata(opts, summary, encoding, counts, vocab, source, (backend, workers, 1))
@@ -310,6 +313,7 @@ def _partitioned(
             parts = pt.run_tasks(client, pt.finish_partition, range(partitions), job)
         counts = {k: sum(c[k] for c in parts) for k in parts[0]}
         with timed("write"):
+            write_schemas(tmp, [d for d in DATASETS if (tmp / d).is_dir()], encoding)
             vocab = _save_vocab(tmp, workflow, encoding)
             shutil.rmtree(scratch)
         source["sha256"] = sha.result()
