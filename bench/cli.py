@@ -37,7 +37,9 @@ BENCHES: dict[str, tuple[str, str]] = {
         "ncf.bench.recommend",
         "top-k over the whole catalogue: exact fp32/bf16, two-stage",
     ),
-    # not part of `ncf bench all`: RecBole in its own venv (`make peers`), and a diagnostic
+    # not part of `ncf bench all`: 20M-200M ratings (an hour here), RecBole in its own venv
+    # (`make peers`), and a diagnostic
+    "etl-scale": ("ncf.bench.etl_scale", "ETL time and memory per process, 20M to 200M ratings"),
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "transfer": (
         "ncf.bench.transfer",

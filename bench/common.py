@@ -85,19 +85,22 @@ class PeakRSS:
         self.interval = interval
         self.children = children
         self.peak_bytes = 0
+        self.process_peak_bytes = 0  # the largest RSS of any one process (this one or a child)
         self._stop = threading.Event()
         self._proc = psutil.Process()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
-        rss = self._proc.memory_info().rss
-        if self.children:
-            for child in self._proc.children(recursive=True):
-                try:
-                    rss += child.memory_info().rss
-                except psutil.Error:
-                    pass
-        return rss
+        procs = [self._proc] + (self._proc.children(recursive=True) if self.children else [])
+        total = 0
+        for proc in procs:
+            try:
+                rss = proc.memory_info().rss
+            except psutil.Error:  # a child that exited meanwhile
+                continue
+            total += rss
+            self.process_peak_bytes = max(self.process_peak_bytes, rss)
+        return total
 
     def _run(self) -> None:
         while not self._stop.is_set():
