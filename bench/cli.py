@@ -40,6 +40,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     # not part of `ncf bench all`: 20M-200M ratings (an hour here), RecBole in its own venv
     # (`make peers`), and a diagnostic
     "etl-scale": ("ncf.bench.etl_scale", "ETL time and memory per process, 20M to 200M ratings"),
+    "etl-kernels": ("ncf.bench.etl_kernels", "the ETL's per-partition steps on numpy and cupy"),
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "transfer": (
         "ncf.bench.transfer",

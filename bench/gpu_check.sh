@@ -15,6 +15,7 @@
 #   7. ncf.bench.profile_step: torch.profiler on AMP steps at batch 1M (which kernels take the time)
 #   8. ncf.bench.train: DLE's own step (fp32, TF32, AMP) beside ours (AMP) at batch 1M, on this GPU,
 #      if time is left: DLE's published figures are from an A100, this compares on the same chip
+#   9. ncf.bench.etl_kernels: the ETL's per-partition steps on cupy beside numpy, 20M ratings
 # Every step writes into $OUT (JSON results, logs, steps.json); a summary table prints last.
 # GPU_CHECK_DRY_RUN=1 prints each step's command ("DRY <args>", shell-quoted) instead of running
 # it: tests/bench/test_gpu_check.py parses them all on CPU, so a typo cannot waste a device slot.
@@ -95,6 +96,11 @@ step train-dle 90 45 "$PY" -m ncf.bench.train --device cuda "${train_data[@]}" \
     --batch-sizes 1048576 --precisions amp --dle-baseline --procs 1 --steps 5 --warmup 2 \
     --name train_gpu_dle --results-dir "$OUT"
 
+# 9. The ETL's per-partition steps (prepare, finish) on cupy beside numpy: what dask-cuda workers
+#    run in the partitioned ETL (this box has cupy, not cuDF/Dask/Merlin).
+step etl-kernels 120 90 "$PY" -m ncf.bench.etl_kernels --scale 1.0 --devices numpy cupy \
+    --repeats 2 --results-dir "$OUT"
+
 echo "== total $(($(date +%s) - START))s; results in $OUT"
 "$PY" - "$OUT" <<'EOF'
 """Summary: every step's status, then the key figures of each result file."""
@@ -108,7 +114,7 @@ for line in (out / "steps.jsonl").read_text().splitlines():
     s = json.loads(line)
     print(f"| {s['step']} | {s['status']} | {s.get('seconds', '')} |")
 keys = ("op", "share_pct", "self_ms_per_step", "precision", "backend", "batch", "samples_per_s", "step_s", "peak_gpu_gib", "lat_mean_ms",
-        "lat_p99_ms")
+        "lat_p99_ms", "device", "prepare_s", "finish_s", "ratings_per_s")
 for path in sorted(out.glob("*.json")):
     payload = json.loads(path.read_text())
     rows = payload.get("rows", [])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ncf.bench import etl_kernels as bench_etl_kernels
 from ncf.bench import inference as bench_inference
 from ncf.bench import profile_step as bench_profile
 from ncf.bench import train as bench_train
@@ -23,6 +24,7 @@ BENCH_MODULES = {
     "ncf.bench.train": bench_train,
     "ncf.bench.inference": bench_inference,
     "ncf.bench.profile_step": bench_profile,
+    "ncf.bench.etl_kernels": bench_etl_kernels,
 }
 
 
@@ -65,6 +67,7 @@ def test_every_step_parses_and_writes_under_out(tmp_path: Path):
         "ncf.bench.train",
         "ncf.bench.profile_step",
         "ncf.bench.train",
+        "ncf.bench.etl_kernels",
     ]
     for cmd in commands:
         if cmd[1:3] == ["-m", "pytest"]:
@@ -74,7 +77,10 @@ def test_every_step_parses_and_writes_under_out(tmp_path: Path):
         elif cmd[1:2] == ["-m"]:
             args = _parse_module(cmd[2], cmd[3:])
             if cmd[2].startswith("ncf.bench."):
-                assert args.device == "cuda"
+                on_gpu = (
+                    "cupy" in args.devices if hasattr(args, "devices") else args.device == "cuda"
+                )
+                assert on_gpu, cmd
                 assert Path(args.results_dir) == tmp_path / "out"
     names = [c[c.index("--name") + 1] for c in commands if "--name" in c]
     assert len(names) == len(set(names)), f"two steps write the same results file: {names}"

@@ -97,3 +97,24 @@ def test_negatives_on_gpu_are_exact_and_deterministic():
     neg_keys = users * n_items + items
     assert np.unique(neg_keys).size == neg_keys.size  # distinct per user
     assert not np.isin(neg_keys, pu * n_items + pi).any()  # never a positive
+    # Each user's own stream: the GPU draws what numpy draws, row for row.
+    cpu_users, cpu_items = sample_negatives(pu, pi, n_users, n_items, n, 5)
+    np.testing.assert_array_equal(items, cpu_items)
+
+
+@pytest.mark.parametrize("holdout, file_order", [("valid,test", True), ("test", False)])
+def test_partition_steps_on_gpu_write_the_numpy_rows(holdout, file_order):
+    from ncf.workflows.encoding import sorted_unique_encoding
+    from ncf.workflows.partition import Summary, finish, negative_seeds, prepare
+
+    user, item, time = ratings(3, 50_000)
+    cols = {"user": user, "item": item, "time": time, "row": np.arange(user.size)}
+    out = {}
+    for xp in (np, cupy):
+        part = prepare({k: xp.asarray(v) for k, v in cols.items()}, 5, holdout, file_order)
+        summary = Summary.of(part)
+        encoding = sorted_unique_encoding(xp.asarray(summary.users), xp.asarray(summary.items))
+        out[xp.__name__] = finish(part, encoding, 20, negative_seeds(1, len(holdout.split(","))))
+    for name, (u, i) in out["numpy"].items():
+        np.testing.assert_array_equal(out["cupy"][name][0], u, err_msg=name)
+        np.testing.assert_array_equal(out["cupy"][name][1], i, err_msg=name)
