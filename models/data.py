@@ -122,29 +122,24 @@ def read_metadata(etl_dir: str | Path) -> tuple[dict, str]:
     return meta, sha256_bytes(raw)
 
 
-_FEATURE = re.compile(r'^feature\s*\{\s*name:\s*"([^"]+)"', re.M)
-_DOMAIN_MAX = re.compile(r"int_domain\s*\{[^}]*?\bmax:\s*(\d+)")
-
-
 def schema_cardinalities(path: Path) -> dict[str, int]:
-    """Ids each column's embedding table must hold, from a Merlin ``schema.pbtxt``: its
-    ``int_domain`` max + 1 (the ETL writes ``[0, cardinality - 1]``; ``ncf.workflows.schema``).
+    """Ids each column's embedding table must hold, from a dataset's Merlin schema
+    (``.merlin/schema.json``): its ``intDomain`` max + 1 (the ETL writes ``[0, cardinality - 1]``;
+    ``ncf.workflows.schema``).
 
-    Read as text: training does not import Merlin. Raises ValueError naming the file when the
+    Read as JSON: training does not import Merlin. Raises ValueError naming the file when the
     user or item column, or its domain, is missing.
     """
-    text = textfile.read_text(path)
-    starts = [(m.start(), m.group(1)) for m in _FEATURE.finditer(text)]
+    doc = textfile.read_json(path)
+    features = doc.get("feature", []) if isinstance(doc, dict) else []
     sizes = {}
-    for (start, name), (end, _) in zip(starts, [*starts[1:], (len(text), "")], strict=True):
-        found = _DOMAIN_MAX.search(text, start, end)
-        if found:
-            sizes[name] = int(found.group(1)) + 1
+    for f in features:
+        domain = f.get("intDomain", {}) if isinstance(f, dict) else {}
+        if "name" in f and "max" in domain:
+            sizes[f["name"]] = int(domain["max"]) + 1
     missing = [c for c in (names.USER, names.ITEM) if c not in sizes]
     if missing:
-        raise ValueError(
-            f"{path}: no int_domain max for {missing}; regenerate it with `ncf etl`"
-        )
+        raise ValueError(f"{path}: no intDomain max for {missing}; regenerate it with `ncf etl`")
     return sizes
 
 

@@ -245,7 +245,7 @@ def _in_memory(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dic
         with timed("read"):
             ratings = read_ratings(opts.input, columns)
         source = _source(opts, ratings.rows, ratings.format)
-        cols, backend = ratings.columns(), _backend(opts)
+        cols, backend = ratings.columns(opts.ties == "file-order"), _backend(opts)
         del ratings
         if backend == "cudf":
             import cupy

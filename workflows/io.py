@@ -65,10 +65,13 @@ class Ratings:
     def rows(self) -> int:
         return int(self.user.size)
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """``user``, ``item``, ``time`` and ``row`` (the row number when the reader set none)."""
-        row = self.row if self.row is not None else np.arange(self.rows, dtype=np.int64)
-        return {"user": self.user, "item": self.item, "time": self.time, "row": row}
+    def columns(self, with_row: bool) -> dict[str, np.ndarray]:
+        """``user``, ``item``, ``time`` and, ``with_row``, ``row`` (the line order: what
+        ``--ties file-order`` needs; the row number when the reader set none)."""
+        cols = {"user": self.user, "item": self.item, "time": self.time}
+        if with_row:
+            cols["row"] = self.row if self.row is not None else np.arange(self.rows, dtype=np.int64)
+        return cols
 
 
 # Compressed inputs: the endings Arrow decompresses, and the magic bytes of what it would not.

@@ -65,8 +65,9 @@ def prepare(
     Parameters
     ----------
     cols
-        ``user``, ``item`` (int32 raw ids), ``time`` (int64) and ``row`` (int64, increasing in
-        input order) of the partition's ratings, shape ``[n]``, in input order.
+        ``user``, ``item`` (int32 raw ids), ``time`` (int64) and, for ``file_order``, ``row``
+        (int64, increasing in input order) of the partition's ratings, shape ``[n]``, in input
+        order.
     min_ratings
         Users with fewer kept ratings are dropped (then those below ``holdout``'s minimum).
     holdout

@@ -46,7 +46,7 @@ from ncf.workflows.partition import Prepared, Summary, finish, partition_of, pre
 
 SCRATCH = ".partitions"
 HELD = "held"  # the kept rows' TRAIN/TEST/VALID code column
-COLUMNS = ("user", "item", "time", "row")
+COLUMNS = ("user", "item", "time")  # and "row" for --ties file-order (Job.file_order)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,7 @@ def scatter(block: Block, job: Job) -> int:
         if rows.size:
             folder = Path(job.scratch) / "shuffle" / str(p)
             folder.mkdir(parents=True, exist_ok=True)
-            table = pa.table({k: cols[k][rows] for k in COLUMNS})
+            table = pa.table({k: cols[k][rows] for k in _columns(job)})
             feather.write_feather(
                 table, folder / f"{block.index}.arrow", compression="uncompressed"
             )
@@ -99,7 +99,7 @@ def prepare_partition(p: int, job: Job) -> Summary:
         k: np.concatenate([t.column(k).to_numpy() for t in tables])
         if tables
         else np.zeros(0, np.int64)
-        for k in COLUMNS
+        for k in _columns(job)
     }
     cols["user"], cols["item"] = cols["user"].astype(np.int32), cols["item"].astype(np.int32)
     shutil.rmtree(folder, ignore_errors=True)  # its rows now live in this task
@@ -128,6 +128,11 @@ def finish_partition(p: int, job: Job) -> dict[str, int]:
     encoding = load_encoding(Path(job.scratch), array_module(cols["user"]))
     out = finish(part, encoding, job.negatives, list(job.seeds))
     return write_part(Path(job.out), p, out)
+
+
+def _columns(job: Job) -> tuple[str, ...]:
+    """The columns a partition carries (the line order only where the tie rule uses it)."""
+    return (*COLUMNS, "row") if job.file_order else COLUMNS
 
 
 def _kept_file(job: Job, p: int) -> Path:

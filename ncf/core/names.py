@@ -24,7 +24,7 @@ VALID_DIR = "valid"  # validation split (`ncf etl --holdout valid,test`), column
 VALID_NEGATIVES_DIR = "valid_negatives"  # its evaluation negatives, as negatives/
 WORKFLOW_DIR = "workflow"
 METADATA_FILE = "metadata.json"
-SCHEMA_FILE = "schema.pbtxt"  # each dataset's Merlin schema (tags, id domains), beside its parquet
+SCHEMA_FILE = ".merlin/schema.json"  # each dataset's Merlin schema (tags, id domains)
 CONFIG_FILE = "config.json"  # the resolved config of the command that wrote a directory
 
 # Triton tensors. Model-id inputs carry the same names as the parquet columns.
