@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -198,3 +199,15 @@ def test_a_missing_input_or_header_is_one_line(tmp_path, capsys) -> None:
     headless.write_text("1,2,4.0,100\n")
     assert cli.main(["expand", str(headless), "--out", str(tmp_path / "o")]) == 2
     assert "line 1 (header): missing column(s)" in _error(capsys)
+
+
+def test_a_bad_parquet_input_is_one_line(tmp_path, capsys) -> None:
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.mkdir()
+    (corrupt / "part_00000.parquet").write_bytes(b"PAR1 not really")
+    assert cli.main(["expand", str(corrupt), "--out", str(tmp_path / "o1")]) == 2
+    assert f"{corrupt}: not a readable parquet ratings table" in _error(capsys)
+    partial = tmp_path / "partial.parquet"
+    pq.write_table(pa.table({names.RAW_USER: [1], names.RAW_ITEM: [2]}), partial)
+    assert cli.main(["expand", str(partial), "--out", str(tmp_path / "o2")]) == 2
+    assert "lacks the column(s) ['rating', 'timestamp']" in _error(capsys)
