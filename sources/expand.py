@@ -54,7 +54,8 @@ class ExpandConfig(Config):
 
     input: Path | None = setting(
         None,
-        help="ratings.csv (ML-20m format) or a parquet folder of ratings (required)",
+        help="ratings.csv (ML-20m format) or a parquet folder of ratings (required; held in "
+        "memory: about 100 bytes per rating while it is read and sorted)",
         positional=True,
         nargs="?",
         metavar="INPUT",
