@@ -20,6 +20,9 @@ Planted structure (what a recommender can learn):
   (which learns the genres from the earlier items) beats a popularity ranking on HR@10.
   ``affinity=0, drift=0`` removes all structure (pure popularity, random order).
 
+``--format parquet`` draws the same table block by block in bounded memory (``synth_blocks``,
+which says what equals this in-memory CSV path).
+
 Sampling is vectorised: light users draw with replacement and keep the first ``k`` distinct items
 (identical in law to sampling without replacement); heavy users (``k > n_items / 50``) and light
 users still short after a few rounds use the exponential race (Gumbel top-k) on a dense
@@ -38,12 +41,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from ncf.core import names
 from ncf.core.atomic import check_file_replaceable, clean_stale
-from ncf.core.config import DEFAULT_SEED, Config, flag, setting, write_config
+from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 
 # ML-20m facts the generator is calibrated to (docs/FACTS.md, "MovieLens").
 ML20M_USERS = 138_493
@@ -68,13 +72,30 @@ _HEAVY_CELLS_PER_CHUNK = 8_000_000  # users x items cells per heavy-user chunk (
 
 @dataclass
 class SynthConfig(Config):
-    """An ML-20m-like synthetic ratings.csv with planted structure (`ncf synth`).
+    """An ML-20m-like synthetic ratings table with planted structure (`ncf synth`).
 
     The generator's knobs: the defaults reproduce ML-20m's statistics at ``scale=1``.
     """
 
     out: Path | None = setting(
-        None, help="output ratings.csv path, or a directory to hold ratings.csv (required)"
+        None,
+        help="where to write (required): csv: a ratings.csv path or a directory to hold "
+        "ratings.csv; parquet: a folder ending in .parquet or a directory to hold ratings.parquet/",
+    )
+    format: Literal["csv", "parquet"] = setting(
+        "csv",
+        help="csv: one ratings.csv, drawn in memory (about 60 bytes per rating); parquet: a folder "
+        "of part files, drawn block by block in bounded memory (any scale; sources/synth_blocks.py "
+        "says what equals the csv output)",
+    )
+    block_ratings: int = setting(
+        1 << 20,
+        help="parquet: ratings drawn per block of users (memory ~ 200 bytes per rating of a block; "
+        "each block has its own random stream, so the rows depend on it)",
+    )
+    part_ratings: int = setting(
+        1 << 23,
+        help="parquet: rows per part file (a file closes at the first block boundary past it)",
     )
     scale: float = setting(
         1.0, help="fraction of ML-20m's size (1.0: 138,493 users, 20,000,263 ratings)"
@@ -102,7 +123,9 @@ class SynthConfig(Config):
     user_median_extra: float = setting(
         48.0, help="median of (ratings per user - 20) before rescaling"
     )
-    force: bool = flag(False, help="replace an output file that `ncf synth` wrote before")
+    force: bool = flag(
+        False, help="replace an output (file or parquet folder) that `ncf synth` wrote before"
+    )
 
     def __post_init__(self) -> None:
         self.check()
@@ -123,6 +146,11 @@ class SynthConfig(Config):
             raise ValueError(f"--genres {self.genres}: need at least 2 (a primary and a secondary)")
         if not 0.0 <= self.affinity <= 1.0:
             raise ValueError(f"--affinity {self.affinity}: must be in [0, 1]")
+        if self.seed < 0:
+            raise ValueError(f"--seed {self.seed}: must be >= 0 (numpy seeds are non-negative)")
+        for name in ("block_ratings", "part_ratings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{flag_name(name)} {getattr(self, name)}: must be at least 1")
 
 
 CONFIG = SynthConfig
@@ -372,19 +400,26 @@ def _chunks(costs: np.ndarray, budget: int) -> Iterator[slice]:
 
 
 def sample_all(
-    rng: np.random.Generator, cat: Catalogue, ta: Tastes, counts: np.ndarray, drift: float = 0.0
+    rng: np.random.Generator,
+    cat: Catalogue,
+    ta: Tastes,
+    counts: np.ndarray,
+    drift: float = 0.0,
+    subset: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """All (user, item, timestamp) rows; rows of one user are contiguous and in time order."""
+    """The (user, item, timestamp) rows of the users ``subset`` (default: all; ``counts`` is over
+    all users); rows of one user are contiguous and in time order."""
     n_items = cat.w.size
     heavy = counts > max(MIN_USER_RATINGS, n_items // 50)
     parts, unfinished = [], []
-    light_users = np.flatnonzero(~heavy)
+    pool = np.arange(counts.size) if subset is None else subset
+    light_users = pool[~heavy[pool]]
     for sl in _chunks(counts[light_users] * 2, _LIGHT_DRAWS_PER_CHUNK):
         users = light_users[sl]
         user, item, short = sample_light(rng, cat, ta, users, counts[users])
         parts.append((users, user, item))
         unfinished.append(short)
-    heavy_users = np.concatenate([np.flatnonzero(heavy), *unfinished])
+    heavy_users = np.concatenate([pool[heavy[pool]], *unfinished])
     heavy_users = heavy_users[np.argsort(counts[heavy_users], kind="stable")]  # similar k per chunk
     for sl in _chunks(np.full(heavy_users.size, n_items), _HEAVY_CELLS_PER_CHUNK):
         users = heavy_users[sl]
@@ -449,10 +484,18 @@ def timestamps(rng: np.random.Generator, user: np.ndarray, counts: np.ndarray) -
     return np.maximum.accumulate(ts - rank + band) - band + rank
 
 
-def cover_items(rng: np.random.Generator, item: np.ndarray, n_items: int) -> None:
-    """Give every never-drawn item one rating, taken (in place) from rows of popular items."""
+def cover_items(
+    rng: np.random.Generator, item: np.ndarray, n_items: int, prior: np.ndarray | None = None
+) -> None:
+    """Give every never-drawn item one rating, taken (in place) from rows of popular items.
+
+    ``prior`` [n_items]: ratings per item in rows outside ``item`` (already written blocks), so
+    an item rated there counts as drawn and a popular one's rows here stay donors.
+    """
     for _ in range(10):
         count = np.bincount(item, minlength=n_items)
+        if prior is not None:
+            count += prior
         missing = np.flatnonzero(count == 0)
         if missing.size == 0:
             return
@@ -462,16 +505,32 @@ def cover_items(rng: np.random.Generator, item: np.ndarray, n_items: int) -> Non
     raise RuntimeError(f"{missing.size} items still have no rating after 10 repair rounds")
 
 
-def ratings(
-    rng: np.random.Generator, cat: Catalogue, ta: Tastes, user: np.ndarray, item: np.ndarray
-) -> np.ndarray:
-    """Half-star ratings with ML-20m's exact value proportions, correlated with user bias, item
-    quality and genre match (rank of a latent score mapped onto the value quotas)."""
-    n_users = ta.g1.size
+def rating_terms(
+    rng: np.random.Generator, cat: Catalogue, n_users: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The per-item quality [items] and per-user bias [users] of the latent rating score."""
     quality = 0.3 * np.log(cat.w / cat.w.mean()) / np.log(cat.w).std() + rng.normal(
         0, 0.4, cat.w.size
     )
-    score = rng.normal(0, 0.5, n_users)[user] + quality[item]
+    return quality, rng.normal(0, 0.5, n_users)
+
+
+def ratings(
+    rng: np.random.Generator,
+    cat: Catalogue,
+    ta: Tastes,
+    user: np.ndarray,
+    item: np.ndarray,
+    terms: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Half-star ratings with ML-20m's exact value proportions among these rows, correlated with
+    user bias, item quality and genre match (rank of a latent score mapped onto the value quotas).
+
+    ``terms``: ``rating_terms`` drawn once for every block of a streamed table (drawn here from
+    ``rng`` when None).
+    """
+    quality, bias = rating_terms(rng, cat, ta.g1.size) if terms is None else terms
+    score = bias[user] + quality[item]
     score += 0.6 * (cat.genre[item] == ta.g1[user]) + rng.normal(0, 0.8, user.size)
     quota = _largest_remainder(RATING_COUNTS / RATING_COUNTS.sum(), user.size)
     # Value of the last row of each quota in score order (one O(n) partition, no full sort);
@@ -602,6 +661,11 @@ def gini(counts: np.ndarray) -> float:
 def output_path(out: str | os.PathLike) -> Path:
     """``--out`` may name the CSV file or a directory that receives ``ratings.csv``."""
     out = Path(out)
+    if out.suffix.lower() == ".parquet":
+        raise ValueError(
+            f"--out {out}: a .parquet name is a parquet folder: add --format parquet, or name a "
+            ".csv file or a directory"
+        )
     return out if out.suffix.lower() == ".csv" else out / "ratings.csv"
 
 
@@ -615,6 +679,10 @@ def run(cfg: SynthConfig) -> int:
     """Generate and write the ratings and, beside them, the resolved config."""
     if cfg.out is None:
         raise ValueError("--out: required (see `ncf synth --help`)")
+    if cfg.format == "parquet":
+        from ncf.sources.synth_blocks import run_parquet  # it imports this module
+
+        return run_parquet(cfg)
     path = output_path(cfg.out)
     check_file_replaceable(path, "synth", cfg.force, config_path(path))
     t0 = time.perf_counter()

@@ -28,9 +28,13 @@ STAGES: dict[str, tuple[str, str]] = {
     ),
     "synth": (
         "ncf.sources.synth",
-        "write an ML-20m-like synthetic ratings.csv with planted structure",
+        "ML-20m-like synthetic ratings with planted structure (ratings.csv, or parquet at any scale)",
     ),
     "convert": ("ncf.sources.atomic", "a RecBole atomic .inter file (e.g. ML-100K) as ratings.csv"),
+    "expand": (
+        "ncf.sources.expand",
+        "grow a ratings file by a randomized Kronecker expansion (MLPerf: users x16, items x32)",
+    ),
     "etl": ("ncf.workflows.cli", "NVTabular ETL: ids, leave-one-out split, exact eval negatives"),
     "train": ("ncf.models.train", "train NeuMF (DLE defaults; torchrun for DDP; --amp)"),
     "evaluate": (
@@ -59,6 +63,8 @@ STAGES: dict[str, tuple[str, str]] = {
 
 EXAMPLES = """examples:
   ncf synth --scale 0.01 --out data/synth/ratings.csv
+  ncf synth --scale 10 --format parquet --out data/synth/s10
+  ncf expand data/ml-latest-small/ratings.csv --out data/expanded/small-16x32.parquet
   ncf etl --input data/ml-latest-small/ratings.csv --out work/etl
   ncf train --data work/etl --out work/train --preset small
   torchrun --nproc_per_node=2 -m ncf.cli train --data work/etl --out work/train2

@@ -124,6 +124,10 @@ CASES = {
     ("convert", "unwritable"): ("convert {inter} --out {ro}/c.csv", 1, "{ro}/c.csv"),
     ("convert", "missing"): ("convert {missing}/x.inter --out {out}/c1.csv", 2, "{missing}/x.inter"),
     ("convert", "corrupt"): ("convert {garbage} --out {out}/c2.csv", 2, "{garbage}"),
+    ("expand", "unwritable"): (
+        "expand {ratings} --out {ro}/x.parquet --users 2 --items 2", 1, "{ro}/x.parquet"),
+    ("expand", "missing"): ("expand {missing}/r.csv --out {out}/x1.parquet", 2, "{missing}/r.csv"),
+    ("expand", "corrupt"): ("expand {bad_csv} --out {out}/x2.parquet", 2, "{bad_csv}"),
     ("etl", "unwritable"): (
         "etl --input {ratings} --out {ro}/etl --engine pandas --min-ratings 2 --eval-negatives 3",
         1, "{ro}/etl"),
