@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ncf.core import faults
 from ncf.core.atomic import write_json
 from ncf.core.dllog import DLLogger
-from ncf.models import checkpoint
+from ncf.models import checkpoint, comm
 from ncf.models.data import EtlData
 from ncf.models.distributed import DistEnv, all_reduce_sum, barrier
 from ncf.models.dropout import bits_supported, draw_keep_bits
@@ -122,6 +122,8 @@ class Trainer:
         model = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
         self.model: TrainedModel = model.to(self.device)
         self.net = DDP(self.model, device_ids=self._ddp_ids()) if env.distributed else self.model
+        # The gradient all-reduce's hook and its byte count (None: one process, no all-reduce).
+        self.comm = comm.install(self.net, cfg.grad_compression, env) if env.distributed else None
         self.opt = make_optimizer(self.model.parameters(), cfg, self.device)
         self.scaler = make_grad_scaler(opts.amp and self.device.type == "cuda")  # fp16 scaling
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
