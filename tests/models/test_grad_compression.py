@@ -30,6 +30,7 @@ TRAIN = {
     "epochs": 6,
     "negatives": 2,
     "batch_size": 8192,
+    "micro_batch": 2048,  # 2 per rank and step: DDP's no_sync, one gradient per table and step
     "eval_batch_size": 65536,
     "factors": 16,
     "mlp_layers": [64, 32, 16],
