@@ -1,14 +1,17 @@
 """``ncf bench train``: NeuMF training throughput and memory, one fresh process group per point.
 
-Each point (global batch x precision x processes) runs in its own subprocess (``torchrun`` with
-gloo for 2 CPU processes), draws epoch 0's exact negatives and order, runs warm-up steps and then
-times optimizer steps of the real ``Trainer``; the parent samples the peak RSS of the whole
-process tree. Also times an epoch's negatives in exact vs approximate mode, and optionally a full
+Each point (global batch x precision x processes x gradient compression) runs in its own
+subprocess (``torchrun`` with gloo for several CPU processes), draws epoch 0's exact negatives and
+order, runs warm-up steps and then times optimizer steps of the real ``Trainer``; the parent
+samples the peak RSS of the whole process tree. Beside the step time, each point records the bytes
+a rank all-reduces per step (the payload the trainer's DDP hook counts, ``ncf.models.comm``) and
+the bytes it sent to the other ranks (what it wrote to its sockets: ``sent_mb_per_step``). Also times an epoch's negatives in exact vs approximate mode, and optionally a full
 timed run (``--epochs-run N``: train + evaluate every epoch, as ``ncf train`` does).
 
     python -m ncf.bench.train --scale 0.1                  # quick, CPU
     python -m ncf.bench.train                              # full-scale synthetic ML-20m, CPU
     python -m ncf.bench.train --device cuda --precisions fp32 tf32 amp --procs 1 --epochs-run 30
+    python -m ncf.bench.train --procs 1 2 4 --grad-compressions none fp16   # bytes per step
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,14 +35,18 @@ from ncf.bench.entry import BenchError, Results
 from ncf.bench.train_point import DLE_PRECISIONS, OUR_PRECISIONS, TrainPoint
 from ncf.core import textfile
 from ncf.core.config import Config, flag, setting
+from ncf.core.names import GRAD_COMPRESSIONS
 
 COLUMNS = (
     "device",
     "procs",
     "batch",
     "precision",
+    "grad_compression",
     "samples_per_s",
     "step_s",
+    "allreduce_mb_per_step",
+    "sent_mb_per_step",
     "peak_rss_gib",
     "peak_gpu_gib",
     "micro_batch",
@@ -86,6 +94,12 @@ class TrainBench(Config):
         "and on CUDA 'dle-tf32' and 'dle-amp'",
     )
     procs: list[int] = setting(default_factory=lambda: [1, 2], help="process counts (gloo on CPU)")
+    grad_compressions: list[str] = setting(
+        default_factory=lambda: ["none"],
+        choices=GRAD_COMPRESSIONS,
+        help="what DDP all-reduces at each point of several processes (`ncf train "
+        "--grad-compression`); one process has no all-reduce and runs none only",
+    )
     steps: int = setting(3, help="timed optimizer steps per point")
     warmup: int = setting(1, help="untimed steps first")
     micro_batch: int = setting(0, help="per-rank micro-batch cap (0 = trainer default)")
@@ -169,17 +183,27 @@ def _point(args: TrainBench, data: Path, **fields: object) -> TrainPoint:
     return TrainPoint(data=str(data), device=args.device, **{"epochs": 0, **common, **fields})
 
 
-def _step_points(args: TrainBench, data: Path, precisions: list[str]) -> list[dict]:
-    """Samples/s of each (processes, global batch, precision) point, each in fresh processes."""
-    rows = []
+def _grid(args: TrainBench, precisions: list[str]) -> Iterator[tuple[int, int, str, str]]:
+    """(processes, global batch, precision, compression) of every step point, in run order."""
     for procs in args.procs:
+        compressions = args.grad_compressions if procs > 1 else ["none"]  # 1: no all-reduce
         for batch in args.batch_sizes:
-            baseline = dle_precisions(args.device) if args.dle_baseline and procs == 1 else []
-            for precision in baseline + precisions:
-                point = _point(args, data, mode="steps", batch=batch, precision=precision)
-                res, peak = _launch(point, procs)
-                rows.append({**res, "procs": procs, "peak_rss_gib": round(peak, 3)})
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            if args.dle_baseline and procs == 1:
+                yield from ((procs, batch, p, "none") for p in dle_precisions(args.device))
+            for precision in precisions:
+                yield from ((procs, batch, precision, c) for c in compressions)
+
+
+def _step_points(args: TrainBench, data: Path, precisions: list[str]) -> list[dict]:
+    """Samples/s and bytes per step of each point of the grid, each in fresh processes."""
+    rows = []
+    for procs, batch, precision, compression in _grid(args, precisions):
+        point = _point(
+            args, data, mode="steps", batch=batch, precision=precision, grad_compression=compression
+        )
+        res, peak = _launch(point, procs)
+        rows.append({**res, "procs": procs, "peak_rss_gib": round(peak, 3)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ncf.core import textfile
 from ncf.core.atomic import write_json
+from ncf.core.names import GRAD_COMPRESSIONS
 
 MODES = ("steps", "sampling", "fit")
 # Our step's precisions: bf16 is CPU autocast, tf32 TF32 matmuls, amp CUDA fp16 autocast.
@@ -47,6 +48,8 @@ class TrainPoint:
         Per-rank micro-batch cap (0: the trainer's default).
     epochs
         Epochs of mode ``fit`` (0: ``TrainConfig``'s default).
+    grad_compression
+        What DDP all-reduces (``--grad-compression``: none, fp16, bf16).
     result
         Path of the result JSON (empty: not written).
     """
@@ -60,6 +63,7 @@ class TrainPoint:
     steps: int
     micro_batch: int
     epochs: int
+    grad_compression: str = "none"
     result: str = ""
 
     def __post_init__(self) -> None:
@@ -67,10 +71,15 @@ class TrainPoint:
             value = getattr(self, name)
             if type(value) is not kind:  # bool is not an int here, nor "3" a number
                 raise ValueError(f"TrainPoint.{name}={value!r}: must be {kind.__name__}")
-        if self.mode not in MODES or self.precision not in PRECISIONS:
+        if (
+            self.mode not in MODES
+            or self.precision not in PRECISIONS
+            or self.grad_compression not in GRAD_COMPRESSIONS
+        ):
             raise ValueError(
-                f"TrainPoint mode={self.mode!r}, precision={self.precision!r}: modes are {MODES}, "
-                f"precisions {PRECISIONS}"
+                f"TrainPoint mode={self.mode!r}, precision={self.precision!r}, grad_compression="
+                f"{self.grad_compression!r}: modes are {MODES}, precisions {PRECISIONS}, "
+                f"compressions {GRAD_COMPRESSIONS}"
             )
         if min(self.batch, self.steps) < 1 or min(self.warmup, self.micro_batch, self.epochs) < 0:
             raise ValueError(

@@ -22,7 +22,7 @@ from ncf.bench.train_data import load
 from ncf.bench.train_dle import time_dle_steps
 from ncf.bench.train_point import DLE_PRECISIONS, TrainPoint
 from ncf.core.dllog import DLLogger
-from ncf.models.distributed import DistEnv, process_group
+from ncf.models.distributed import DistEnv, all_reduce_sum, process_group
 from ncf.models.epoch import epoch_generator, plan_epoch
 from ncf.models.evaluate import evaluate_itempop
 from ncf.models.presets import TrainConfig
@@ -44,8 +44,42 @@ def step_starts(num_samples: int, batch: int, count: int) -> list[int]:
     return [(i * batch) % max(num_samples - batch, 1) for i in range(count)]
 
 
+def bytes_written() -> int | None:
+    """Bytes this process has passed to write-family system calls so far (None off Linux).
+
+    ``wchar`` of ``/proc/self/io`` (all threads). gloo's TCP transport sends with ``writev``, so
+    across training steps, which write nothing else, its growth is what the rank sent to the others
+    (docs/FACTS.md).
+    """
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(": ") for line in text.splitlines() if ": " in line)
+    return int(fields["wchar"])
+
+
+def comm_per_step(tr: Trainer, payload0: int, written0: int | None, steps: int) -> dict:
+    """Bytes per step since ``payload0``/``written0``: the all-reduce payload the trainer's hook
+    counted and what this rank wrote to its sockets, each averaged over the ranks."""
+    counter = tr.comm
+    payload = (counter.payload_bytes - payload0) if counter is not None else 0
+    written = bytes_written()
+    sent = 0 if counter is None or written0 is None or written is None else written - written0
+    # Ranks may differ (a collective's algorithm need not spread the traffic evenly): the mean.
+    mean = all_reduce_sum(torch.tensor([payload, sent], dtype=torch.float64), tr.env)
+    mean = (mean / tr.env.world_size / steps).tolist()
+    return {
+        "grad_compression": tr.cfg.grad_compression,
+        "allreduce_mb_per_step": round(mean[0] / 1e6, 3),
+        "sent_mb_per_step": round(mean[1] / 1e6, 3) if written0 is not None else None,
+        "grad_params": sum(p.numel() for p in tr.model.parameters()),
+    }
+
+
 def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
-    """Plan epoch 0, run ``warmup`` then ``steps`` global batches; throughput of the timed ones."""
+    """Plan epoch 0, run ``warmup`` then ``steps`` global batches; throughput of the timed ones,
+    and the bytes each rank all-reduced and sent per step."""
     env, batch = tr.env, tr.cfg.batch_size
     gen = epoch_generator(tr.cfg.seed, 0, env.device)
     t0 = time.perf_counter()
@@ -57,6 +91,7 @@ def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
     for s in starts[:warmup]:
         tr.step(plan, s, min(batch, n), gen)
     _sync(env)
+    payload0, written0 = tr.comm.payload_bytes if tr.comm else 0, bytes_written()
     t0 = time.perf_counter()
     for s in starts[warmup:]:
         tr.step(plan, s, min(batch, n), gen)
@@ -67,6 +102,7 @@ def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
         "step_s": round(seconds / steps, 4),
         "epoch_plan_s": round(plan_s, 3),
         "micro_batch": -(-min(batch, n) // env.world_size // tr.micro_batches(batch)),
+        **comm_per_step(tr, payload0, written0, steps),
     }
 
 
@@ -127,7 +163,12 @@ def build_trainer(point: TrainPoint, env: DistEnv, tmp: Path) -> Trainer:
     )
     data = load(point.data, env.device)
     epochs = {"epochs": point.epochs} if point.epochs else {}  # 0: TrainConfig's default
-    cfg = TrainConfig(batch_size=point.batch, micro_batch=point.micro_batch, **epochs)
+    cfg = TrainConfig(
+        batch_size=point.batch,
+        micro_batch=point.micro_batch,
+        grad_compression=point.grad_compression,
+        **epochs,
+    )
     amp = point.precision in ("bf16", "amp")
     opts = RunOptions(out=tmp, etl_dir=Path(point.data), amp=amp)
     return Trainer(data, cfg, env, opts)

@@ -11,12 +11,17 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ncf.models.embedding_grad import StepGradients
 from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF, NeuMFConfig
 
 
 class TrainedModel(Protocol):
     """What the trainer asks of a model kind besides ``forward(user [B], item [B]) -> logits [B]``."""
+
+    # Where training forwards send their embedding tables' gradients (None: nn.Embedding's own
+    # backward): one dense gradient per table and optimizer step (models/embedding_grad.py).
+    step_grads: StepGradients | None
 
     def dropout_widths(self) -> list[int]:
         """Widths of the layers whose dropout keep bits the trainer draws per global batch ([]: none)."""

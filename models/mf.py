@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ncf.models.embedding_grad import StepGradients, lookup
+
 
 @dataclass
 class MFConfig:
@@ -51,15 +53,33 @@ class MF(nn.Module):
         # L2 term (summed over the examples) of the last training forward; the trainer adds it to the
         # summed BCE, so both get the same per-example weight.
         self.last_penalty: torch.Tensor | float = 0.0
+        # Set by the trainer: one dense gradient per table and step (models/embedding_grad.py).
+        self.step_grads: StepGradients | None = None
 
     def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` for int ids ``user [B]`` and ``item [B]``."""
-        p, q = self.user_embed(user), self.item_embed(item)  # [B, factors]
-        bu, bi = self.user_bias(user).squeeze(1), self.item_bias(item).squeeze(1)  # [B]
+        if self.training:
+            p, q, bu, bi = self._lookups_train(user, item)
+        else:
+            p, q = self.user_embed(user), self.item_embed(item)  # [B, factors]
+            bu, bi = self.user_bias(user), self.item_bias(item)  # [B, 1]
+        bu, bi = bu.squeeze(1), bi.squeeze(1)  # [B]
         if self.training and self.cfg.l2 > 0 and torch.is_grad_enabled():
             squares = p.square().sum() + q.square().sum() + bu.square().sum() + bi.square().sum()
             self.last_penalty = self.cfg.l2 * (squares + user.numel() * self.bias.square())
         return (p * q).sum(1) + bu + bi + self.bias
+
+    # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
+    @torch.jit.unused
+    def _lookups_train(self, user, item):
+        """The four embedding rows of a training batch, through ``step_grads`` when set."""
+        g = self.step_grads
+        return (
+            lookup(self.user_embed, user, g),
+            lookup(self.item_embed, item, g),
+            lookup(self.user_bias, user, g),
+            lookup(self.item_bias, item, g),
+        )
 
     def dropout_widths(self) -> list[int]:
         """No dropout: no keep bits to draw (``ncf.models.kinds.TrainedModel``)."""

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ncf.models.dropout import dropout, relu_dropout
+from ncf.models.embedding_grad import StepGradients, lookup
 
 DROPOUT_AT = ("relu", "input")  # after each MLP ReLU (DLE), or before each MLP Linear (RecBole)
 LINEAR_INITS = ("dle", "torch")  # Glorot/LeCun uniform (DLE), or PyTorch's default (RecBole)
@@ -91,6 +92,9 @@ class NeuMF(nn.Module):
         # L2 term (summed over the examples) of the last training forward, which the trainer adds
         # to the summed BCE; 0.0 while l2 is 0.
         self.last_penalty: torch.Tensor | float = 0.0
+        # Set by the trainer: the tables' gradients accumulate over a step's micro-batches into
+        # one dense buffer each (models/embedding_grad.py); None: nn.Embedding's own backward.
+        self.step_grads: StepGradients | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -115,8 +119,12 @@ class NeuMF(nn.Module):
 
     def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` for int64 ids ``user [B]`` and ``item [B]``."""
-        mf_u, mf_i = self.mf_user_embed(user), self.mf_item_embed(item)  # [B, factors]
-        x = torch.cat((self.mlp_user_embed(user), self.mlp_item_embed(item)), dim=1)  # [B, mlp0]
+        if self.training:
+            mf_u, mf_i, mlp_u, mlp_i = self._lookups_train(user, item)
+        else:
+            mf_u, mf_i = self.mf_user_embed(user), self.mf_item_embed(item)  # [B, factors]
+            mlp_u, mlp_i = self.mlp_user_embed(user), self.mlp_item_embed(item)  # [B, mlp0 / 2]
+        x = torch.cat((mlp_u, mlp_i), dim=1)  # [B, mlp0]
         xmf = mf_u * mf_i  # [B, factors]
         if self.training:
             self._set_penalty(mf_u, mf_i, x)
@@ -143,6 +151,17 @@ class NeuMF(nn.Module):
     def penalty(self):
         """The L2 term of the last training forward (0.0 while ``l2`` is 0)."""
         return self.last_penalty
+
+    @torch.jit.unused
+    def _lookups_train(self, user, item):
+        """The four embedding rows of a training batch, through ``step_grads`` when set."""
+        g = self.step_grads
+        return (
+            lookup(self.mf_user_embed, user, g),
+            lookup(self.mf_item_embed, item, g),
+            lookup(self.mlp_user_embed, user, g),
+            lookup(self.mlp_item_embed, item, g),
+        )
 
     @torch.jit.unused
     def _set_penalty(self, mf_u, mf_i, mlp_x):

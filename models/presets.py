@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ncf.core.config import DEFAULT_SEED, Config, setting
+from ncf.core.names import GRAD_COMPRESSIONS
 from ncf.models.kinds import MODELS, config_class
 from ncf.models.neumf import DROPOUT_AT, LINEAR_INITS
 from ncf.models.sampling import SAMPLING_MODES
@@ -72,6 +73,12 @@ class TrainConfig(Config):
         choices=SAMPLING_MODES,
         help="training negatives: exact (never a known positive) or approximate (DLE's uniform draw)",
     )
+    grad_compression: str = setting(
+        "none",
+        choices=GRAD_COMPRESSIONS,
+        help="DDP gradient all-reduce: none (fp32) or cast to fp16/bf16 (half the bytes; several "
+        "processes only; bf16 needs a backend that sums it: not gloo in torch 2.1)",
+    )
     seed: int = setting(DEFAULT_SEED, help="seed of every random draw")
     model: str = setting(
         "neumf", choices=sorted(MODELS), help="neumf, or mf (the dot-product MF baseline)"
@@ -108,6 +115,10 @@ class TrainConfig(Config):
         config_class(self.model)  # raises for an unknown kind
         if self.l2 < 0 or self.init_std <= 0:
             raise ValueError(f"--l2 {self.l2} / --init-std {self.init_std}: need >= 0 / > 0")
+        if self.grad_compression not in GRAD_COMPRESSIONS:
+            raise ValueError(
+                f"--grad-compression {self.grad_compression!r}: use one of {GRAD_COMPRESSIONS}"
+            )
         if self.negative_sampling not in SAMPLING_MODES:
             raise ValueError(
                 f"--negative-sampling {self.negative_sampling!r}: use one of {SAMPLING_MODES}"

@@ -5,9 +5,12 @@
   against the training positives; only the colliding positions are drawn again, until none is
   left. The result is the uniform distribution over the user's non-positive items.
 
-The membership set is a bitmap of ``num_users x num_items`` bits where that fits the budget (one
-gather per query; 462 MB for ML-20m) and otherwise the sorted ``user * num_items + item`` keys
-with ``torch.searchsorted`` (8 bytes per positive, any catalogue size).
+The membership set is a bitmap of ``num_users x num_items`` bits (one gather per query; 462 MB
+for ML-20m) where it takes at most ``BITMAP_FREE_FRACTION`` of the device's free memory, and
+otherwise the sorted ``user * num_items + item`` keys with ``torch.searchsorted`` (8 bytes per
+positive, any catalogue size). Only the membership test differs: both draw the same uniform
+candidates and reject the same ones, so the negatives are identical for the same generator
+whichever set each rank chose (ranks with different free memory may choose differently).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import torch
 
 SAMPLING_MODES = ("exact", "approximate")
-BITMAP_BUDGET_BYTES = 1 << 30  # largest bitmap built; above it the sorted-keys check is used
+# The largest share of the free memory the bitmap may take: its construction briefly needs a few
+# int64 temporaries per positive besides (keys, bit values, their running sum), and training keeps
+# the rest (model, Adam state, activations, the epoch's negatives and order).
+BITMAP_FREE_FRACTION = 0.25
 CHUNK = 1 << 22  # draws per chunk: bounds the int64 temporaries of a check to ~100 MB
 MAX_ROUNDS = 10_000
 
@@ -32,7 +38,8 @@ class PositiveSet:
     num_items
         Items per user row of the key space (``metadata.json`` ``num_items``).
     backend
-        ``"bitmap"``, ``"sorted"`` or ``"auto"`` (bitmap when it fits ``BITMAP_BUDGET_BYTES``).
+        ``"bitmap"``, ``"sorted"`` or ``"auto"`` (``choose_backend`` with the free memory of the
+        device ``users`` is on).
     """
 
     def __init__(
@@ -48,7 +55,7 @@ class PositiveSet:
         self.num_items = int(num_items)
         bits = int(num_users) * self.num_items
         if backend == "auto":
-            backend = "bitmap" if bits // 8 <= BITMAP_BUDGET_BYTES else "sorted"
+            backend = choose_backend(bitmap_bytes(num_users, num_items), free_memory(users.device))
         self.backend = backend
         keys = torch.unique(users.long() * self.num_items + items.long())  # sorted, [P'] int64
         # Distinct positives per user [num_users]: a user with every item positive has no negative.
@@ -70,6 +77,26 @@ class PositiveSet:
             return torch.zeros_like(q, dtype=torch.bool)
         idx = torch.searchsorted(self.keys, q).clamp_(max=self.keys.numel() - 1)
         return self.keys[idx] == q
+
+
+def bitmap_bytes(num_users: int, num_items: int) -> int:
+    """Bytes of the bitmap of a ``num_users x num_items`` key space (whole int32 words)."""
+    return (int(num_users) * int(num_items) + 31) // 32 * 4
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on ``device``: CUDA's free memory, or the host's available memory."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def choose_backend(bitmap: int, free: int, fraction: float = BITMAP_FREE_FRACTION) -> str:
+    """``"bitmap"`` if a bitmap of ``bitmap`` bytes takes at most ``fraction`` of ``free`` bytes,
+    else ``"sorted"``."""
+    return "bitmap" if bitmap <= fraction * free else "sorted"
 
 
 def _bitmap(keys: torch.Tensor, n_words: int) -> torch.Tensor:

@@ -25,6 +25,7 @@ from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ran
 from ncf.models.presets import DEFAULT_PRESET, PRESETS, TrainConfig, preset_values
 from ncf.models.progress import show_bar
 from ncf.models.runtime import configure, default_threads
+from ncf.models.sampling import BITMAP_FREE_FRACTION
 from ncf.models.trainer import LOG_FILE, METRICS_FILE, PLOT_FILE, RunOptions, Trainer
 
 CONFIG_FILE = "config.json"
@@ -68,7 +69,9 @@ class TrainRunConfig(Config):
     )
     threads: int = setting(0, help="CPU threads per process (0: the cores / the local ranks)")
     sampling_backend: Literal["auto", "bitmap", "sorted"] = setting(
-        "auto", help="membership check of exact negatives (auto: bitmap when <= 1 GiB)"
+        "auto",
+        help="membership check of exact negatives, same draws either way (auto: the bitmap when "
+        f"it takes at most {BITMAP_FREE_FRACTION:.0%} of the device's free memory)",
     )
     progress: bool = flag(True, help="tqdm bar per epoch on a terminal (--no-progress: none)")
 

@@ -33,10 +33,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ncf.core import faults
 from ncf.core.atomic import write_json
 from ncf.core.dllog import DLLogger
-from ncf.models import checkpoint
+from ncf.models import checkpoint, comm
 from ncf.models.data import EtlData
 from ncf.models.distributed import DistEnv, all_reduce_sum, barrier
 from ncf.models.dropout import bits_supported, draw_keep_bits
+from ncf.models.embedding_grad import StepGradients
 from ncf.models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
 from ncf.models.evaluate import evaluate_itempop, evaluate_model
 from ncf.models.kinds import TrainedModel, build_model
@@ -121,7 +122,14 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
         model = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
         self.model: TrainedModel = model.to(self.device)
+        # A CPU step of several micro-batches sends its embedding gradients into one buffer per
+        # table and step (models/embedding_grad.py; set per step by ``step``). On CUDA a step is
+        # one micro-batch by default.
+        self.step_grads = StepGradients() if self.device.type == "cpu" else None
+        self.model.step_grads = None
         self.net = DDP(self.model, device_ids=self._ddp_ids()) if env.distributed else self.model
+        # The gradient all-reduce's hook and its byte count (None: one process, no all-reduce).
+        self.comm = comm.install(self.net, cfg.grad_compression, env) if env.distributed else None
         self.opt = make_optimizer(self.model.parameters(), cfg, self.device)
         self.scaler = make_grad_scaler(opts.amp and self.device.type == "cuda")  # fp16 scaling
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
@@ -280,6 +288,8 @@ class Trainer:
         lo, hi = shard_bounds(size, self.env.world_size, self.env.rank)
         users, items, labels = gather(plan, self.data, plan.perm[start + lo : start + hi])
         n_micro = self.micro_batches(size)
+        # One micro-batch has one dense gradient per table anyway: nn.Embedding's own backward.
+        self.model.step_grads = self.step_grads if n_micro > 1 else None
         factor = self.env.world_size / size
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for m in range(n_micro):
@@ -287,6 +297,8 @@ class Trainer:
             if bits is not None:
                 self.model.set_dropout_bits([b[lo + ms : lo + me] for b in bits])
             sync = not self.env.distributed or m == n_micro - 1
+            if self.model.step_grads is not None:  # the last backward hands over the gradients
+                self.model.step_grads.last = m == n_micro - 1
             with contextlib.nullcontext() if sync else self.net.no_sync():
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.opts.amp):
                     logits = self.net(users[ms:me], items[ms:me])

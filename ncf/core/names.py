@@ -68,3 +68,7 @@ ARTIFACT_GMF = "gmf.npz"  # GMF user/item vectors: `recommend`'s candidate index
 MANIFEST_FILE = "manifest.json"
 # Committed once at the top of triton_repo/, copied by `ncf export` beside every python model.py.
 PYTHON_MODEL_HELPER = "artifact_check.py"
+
+# `--grad-compression` choices: what DDP all-reduces (models/comm.py); bench/train.py, which must
+# not import torch, offers the same.
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16")

@@ -31,6 +31,7 @@ def test_round_trip_through_a_file(tmp_path: Path) -> None:
         ({"data": 1}, "TrainPoint.data=1: must be str"),
         ({"mode": "train"}, "mode='train'"),
         ({"precision": "fp16"}, "precision='fp16'"),
+        ({"grad_compression": "int8"}, "grad_compression='int8'"),
         ({"batch": 0}, "batch=0"),
         ({"warmup": -1}, "warmup=-1"),
     ],
@@ -63,6 +64,7 @@ def test_worker_refuses_a_bad_point_in_one_line(tmp_path: Path, capsys) -> None:
     assert train_worker.main([str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"python -m ncf.bench.train_worker: error: {path}: TrainPoint mode='train', "
-        f"precision='amp': modes are ('steps', 'sampling', 'fit'), precisions "
-        "('fp32', 'bf16', 'tf32', 'amp', 'dle', 'dle-tf32', 'dle-amp')"
+        "precision='amp', grad_compression='none': modes are ('steps', 'sampling', 'fit'), "
+        "precisions ('fp32', 'bf16', 'tf32', 'amp', 'dle', 'dle-tf32', 'dle-amp'), "
+        "compressions ('none', 'fp16', 'bf16')"
     ]

@@ -87,6 +87,20 @@ def write_etl_dir(frame: pd.DataFrame, out: Path, negatives: int = 20, seed: int
     return out
 
 
+def synth_ratings(scale: float, seed: int = 1) -> pd.DataFrame:
+    """``ncf synth`` data at ``scale`` as (user, item, time) with contiguous ids from 0."""
+    from ncf.sources.synth import SynthConfig, generate
+
+    columns = generate(SynthConfig(scale=scale, seed=seed))
+    return pd.DataFrame(
+        {
+            "user": pd.factorize(columns[names.RAW_USER])[0],
+            "item": pd.factorize(columns[names.RAW_ITEM])[0],
+            "time": columns[names.RAW_TIME],
+        }
+    )
+
+
 def ratings_frame(path: Path) -> pd.DataFrame:
     """A MovieLens ratings.csv as (user, item, time) with contiguous ids from 0."""
     raw = pd.read_csv(path)

@@ -47,6 +47,23 @@ def test_points_sampling_and_timed_run(etl_dir: Path, tmp_path: Path):
     assert "| dle |" in (tmp_path / "train.md").read_text()
 
 
+@pytest.mark.distributed
+def test_two_processes_record_the_bytes_each_rank_all_reduces_and_sends(
+    etl_dir: Path, tmp_path: Path
+):
+    argv = ["--data", str(etl_dir), "--batch-sizes", "512", "--precisions", "fp32", "--procs", "2",
+            "--grad-compressions", "fp16", "--steps", "2", "--results-dir", str(tmp_path)]  # fmt: skip
+    assert entry.main(bench_train, argv) == 0
+    (row,) = json.loads((tmp_path / "train.json").read_text())["rows"]
+    assert (row["procs"], row["grad_compression"]) == (2, "fp16")
+    # fp16: 2 bytes per parameter per step, by the trainer's hook
+    assert row["allreduce_mb_per_step"] == round(row["grad_params"] * 2 / 1e6, 3)
+    # measured from the sockets: a ring all-reduce of 2 ranks sends 2 (p - 1) / p = 1 x the
+    # payload, plus gloo's small message headers
+    assert row["allreduce_mb_per_step"] <= row["sent_mb_per_step"]
+    assert row["sent_mb_per_step"] <= row["allreduce_mb_per_step"] * 1.01 + 0.001
+
+
 @pytest.mark.parametrize("mode", ["tf32", "amp", "bf16"])
 def test_dle_gpu_modes_are_refused_on_cpu(etl_dir: Path, mode: str):
     data = load_etl(etl_dir, torch.device("cpu"))

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ncf.models.sampling import PositiveSet, check_sampleable, sample_approximate, sample_negatives
+from ncf.models.sampling import (
+    BITMAP_FREE_FRACTION,
+    PositiveSet,
+    bitmap_bytes,
+    check_sampleable,
+    choose_backend,
+    free_memory,
+    sample_approximate,
+    sample_negatives,
+)
 
 N_USERS, N_ITEMS, LO = 50, 40, 3
 
@@ -109,3 +118,45 @@ def test_bad_mode_and_backend():
         sample_negatives(torch.zeros(1), "uniform", None, (0, 5))
     with pytest.raises(ValueError, match="'dense'"):
         PositiveSet(torch.zeros(1), torch.zeros(1), 1, 1, "dense")
+
+
+def test_both_backends_draw_the_same_negatives_for_the_same_seed():
+    # Only the membership test differs: the same uniform candidates, the same rejections. User 7
+    # knows all but one item, so its draws take many rejection rounds.
+    users, items = _positives()
+    q = torch.arange(N_USERS).repeat_interleave(300)
+
+    def draw(backend: str) -> torch.Tensor:
+        pos = PositiveSet(users, items, N_USERS, N_ITEMS, backend)
+        assert pos.backend == backend
+        gen = torch.Generator().manual_seed(11)
+        return sample_negatives(q, "exact", pos, (LO, N_ITEMS), gen, chunk=4000)
+
+    bitmap, keys = draw("bitmap"), draw("sorted")
+    assert torch.equal(bitmap, keys)
+    assert set(bitmap[q == 7].tolist()) == {N_ITEMS - 1}  # not vacuous: rejections happened
+
+
+@pytest.mark.parametrize(
+    ("num_users", "num_items", "free", "want"),
+    [
+        (138_493 + 3, 26_744 + 3, 8 << 30, "bitmap"),  # ML-20m: 463 MB of 2 GiB allowed
+        (138_493 + 3, 26_744 + 3, 1 << 30, "sorted"),  # 463 MB over 256 MiB
+        (2_197_225, 855_776, 141 << 30, "sorted"),  # expanded ML-20m: 235 GB, never a bitmap
+        (64, 64, 2048, "bitmap"),  # 512 bytes = exactly a quarter of 2,048
+        (64, 65, 2048, "sorted"),  # 520 bytes
+    ],
+)
+def test_the_bitmap_is_chosen_by_free_memory(num_users, num_items, free, want):
+    assert choose_backend(bitmap_bytes(num_users, num_items), free) == want
+
+
+def test_bitmap_bytes_are_whole_words_and_free_memory_is_real():
+    assert bitmap_bytes(1, 1) == 4 and bitmap_bytes(2, 16) == 4 and bitmap_bytes(3, 11) == 8
+    assert bitmap_bytes(138_496, 26_747) == 463_044_064  # ML-20m with Categorify's 3 reserved ids
+    free = free_memory(torch.device("cpu"))
+    assert isinstance(free, int) and free > 0
+    # the automatic choice on this machine follows the same rule
+    users, items = _positives()
+    want = choose_backend(bitmap_bytes(N_USERS, N_ITEMS), free, BITMAP_FREE_FRACTION)
+    assert PositiveSet(users, items, N_USERS, N_ITEMS).backend == want == "bitmap"
