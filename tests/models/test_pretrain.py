@@ -192,3 +192,20 @@ def test_force_without_pretraining_removes_the_tower_runs(
     assert not (run / TOWER_RUNS["gmf"]).exists()  # only what ncf train wrote is removed
     assert sorted(p.name for p in (run / TOWER_RUNS["mlp"]).iterdir()) == ["notes.txt"]
     assert "pretrain" not in json.loads((run / METRICS_FILE).read_text())
+
+
+def test_export_refuses_a_tower_alone(valid_etl: Path, reference: Path, tmp_path: Path):
+    from ncf.serving.export import export_repository
+
+    gmf = reference / TOWER_RUNS["gmf"] / checkpoint.BEST
+    with pytest.raises(ValueError, match="its gmf tower alone"):
+        export_repository(gmf, valid_etl, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+
+
+def test_tune_refuses_pretraining(valid_etl: Path, tmp_path: Path):
+    from ncf.models import tune
+
+    argv = ["--data", valid_etl, "--out", tmp_path / "t", "--pretrain", "gmf-mlp"]
+    with pytest.raises(ValueError, match="--pretrain gmf-mlp: `ncf tune`'s trials train NeuMF"):
+        parse(tune, argv)
