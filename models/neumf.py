@@ -1,7 +1,8 @@
 """NeuMF (He et al., 2017) as DeepLearningExamples defines it: GMF and MLP towers, one output.
 
 Shapes: ``user``/``item`` are int64 ``[B]`` model ids; ``forward`` returns logits ``[B]`` (apply
-``torch.sigmoid`` for probabilities; training uses ``BCEWithLogitsLoss``).
+``torch.sigmoid`` for probabilities; training uses ``BCEWithLogitsLoss``). With ``towers`` "gmf"
+or "mlp" the model is one tower alone (the paper's GMF or MLP, what NeuMF pretraining trains).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ncf.models.embedding_grad import StepGradients, lookup
 
 DROPOUT_AT = ("relu", "input")  # after each MLP ReLU (DLE), or before each MLP Linear (RecBole)
 LINEAR_INITS = ("dle", "torch")  # Glorot/LeCun uniform (DLE), or PyTorch's default (RecBole)
+TOWERS = ("both", "gmf", "mlp")  # NeuMF, or its GMF or MLP tower alone
 
 
 @dataclass
@@ -31,7 +33,8 @@ class NeuMFConfig:
     dropout_at: str = "relu"  # "relu": after each MLP ReLU (DLE); "input": before each MLP Linear,
     # the concatenated MLP embeddings included (RecBole's MLPLayers)
     linear_init: str = "dle"  # "dle": MLP Glorot, final LeCun uniform; "torch": nn.Linear's own
-    l2: float = 0.0  # per-example L2 on the batch's four embedding rows (0: none, as DLE)
+    l2: float = 0.0  # per-example L2 on the batch's embedding rows (0: none, as DLE)
+    towers: str = "both"  # "gmf" / "mlp": that tower alone, its output straight into ``final``
 
     def __post_init__(self) -> None:
         if self.num_users < 1 or self.num_items < 1:
@@ -48,11 +51,10 @@ class NeuMFConfig:
             raise ValueError(
                 f"dropout={self.dropout}, l2={self.l2}: need 0 <= dropout < 1, l2 >= 0"
             )
-        if self.dropout_at not in DROPOUT_AT or self.linear_init not in LINEAR_INITS:
-            raise ValueError(
-                f"dropout_at={self.dropout_at!r}, linear_init={self.linear_init!r}: use one of "
-                f"{DROPOUT_AT} and one of {LINEAR_INITS}"
-            )
+        for name, allowed in (("dropout_at", DROPOUT_AT), ("linear_init", LINEAR_INITS),
+                              ("towers", TOWERS)):  # fmt: skip
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r}: use one of {allowed}")
         self.mlp_layers = [int(x) for x in self.mlp_layers]
 
     def to_dict(self) -> dict:
@@ -60,35 +62,34 @@ class NeuMFConfig:
         return asdict(self)
 
 
-def _glorot_uniform(layer: nn.Linear) -> None:
-    fan_out, fan_in = layer.weight.shape
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    nn.init.uniform_(layer.weight, -limit, limit)
-
-
-def _lecun_uniform(layer: nn.Linear) -> None:
-    fan_in = layer.weight.shape[1]
-    limit = math.sqrt(3.0 / fan_in)
-    nn.init.uniform_(layer.weight, -limit, limit)
+def _uniform(layer: nn.Linear, fan: int) -> None:
+    """Weights U(-a, a) with a = sqrt(6 / fan), bias 0: Glorot uniform for ``fan`` = fan_in +
+    fan_out, LeCun uniform (a = sqrt(3 / fan_in)) for ``fan`` = 2 fan_in."""
+    nn.init.uniform_(layer.weight, -math.sqrt(6.0 / fan), math.sqrt(6.0 / fan))
+    nn.init.zeros_(layer.bias)
 
 
 class NeuMF(nn.Module):
     """Generalized matrix factorization + MLP over user/item embeddings, concatenated into one logit."""
 
+    # Constants: TorchScript compiles only the branches of the towers that exist.
+    __constants__ = ["use_gmf", "use_mlp"]
+
     def __init__(self, cfg: NeuMFConfig):
         super().__init__()
-        self.cfg = cfg
-        half = cfg.mlp_layers[0] // 2
-        self.mf_user_embed = nn.Embedding(cfg.num_users, cfg.factors)
-        self.mf_item_embed = nn.Embedding(cfg.num_items, cfg.factors)
-        self.mlp_user_embed = nn.Embedding(cfg.num_users, half)
-        self.mlp_item_embed = nn.Embedding(cfg.num_items, half)
-        widths = cfg.mlp_layers
-        self.mlp = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
+        self.cfg, widths = cfg, cfg.mlp_layers
+        self.use_gmf, self.use_mlp = cfg.towers != "mlp", cfg.towers != "gmf"
+        if self.use_gmf:
+            self.mf_user_embed = nn.Embedding(cfg.num_users, cfg.factors)
+            self.mf_item_embed = nn.Embedding(cfg.num_items, cfg.factors)
+        if self.use_mlp:
+            self.mlp_user_embed = nn.Embedding(cfg.num_users, widths[0] // 2)
+            self.mlp_item_embed = nn.Embedding(cfg.num_items, widths[0] // 2)
+        self.mlp = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths) if self.use_mlp)
         # Packed keep bits per MLP layer for the next training forward (set by the trainer so that
         # masks do not depend on how a global batch is split); None draws them here.
         self.dropout_bits: list[torch.Tensor] | None = None
-        self.final = nn.Linear(widths[-1] + cfg.factors, 1)
+        self.final = nn.Linear(widths[-1] * self.use_mlp + cfg.factors * self.use_gmf, 1)
         # L2 term (summed over the examples) of the last training forward, which the trainer adds
         # to the summed BCE; 0.0 while l2 is 0.
         self.last_penalty: torch.Tensor | float = 0.0
@@ -100,46 +101,53 @@ class NeuMF(nn.Module):
     def reset_parameters(self) -> None:
         """DLE's initialisation: embeddings N(0, 0.01), MLP Glorot uniform, final LeCun uniform
         (``linear_init`` "torch": the Linear layers keep nn.Linear's default)."""
-        for emb in (
-            self.mf_user_embed,
-            self.mf_item_embed,
-            self.mlp_user_embed,
-            self.mlp_item_embed,
-        ):
-            nn.init.normal_(emb.weight, 0.0, 0.01)
-        if self.cfg.linear_init == "torch":
-            for layer in (*self.mlp, self.final):
+        for emb in self.modules():
+            if isinstance(emb, nn.Embedding):
+                nn.init.normal_(emb.weight, 0.0, 0.01)
+        for layer in (*self.mlp, self.final):
+            if self.cfg.linear_init == "torch":
                 layer.reset_parameters()
-            return
-        for layer in self.mlp:
-            _glorot_uniform(layer)
-            nn.init.zeros_(layer.bias)
-        _lecun_uniform(self.final)
-        nn.init.zeros_(self.final.bias)
+            else:
+                fan_out, fan_in = layer.weight.shape
+                _uniform(layer, 2 * fan_in if layer is self.final else fan_in + fan_out)
 
     def forward(self, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """Logits ``[B]`` for int64 ids ``user [B]`` and ``item [B]``."""
-        if self.training:
-            mf_u, mf_i, mlp_u, mlp_i = self._lookups_train(user, item)
+        # The embedding rows of the towers there are: GMF's user, item [B, factors], then MLP's
+        # user, item [B, mlp0 / 2].
+        # A scripted model never trains: it compiles only the first branch.
+        if torch.jit.is_scripting() or not self.training:
+            rows = self._lookups(user, item)
         else:
-            mf_u, mf_i = self.mf_user_embed(user), self.mf_item_embed(item)  # [B, factors]
-            mlp_u, mlp_i = self.mlp_user_embed(user), self.mlp_item_embed(item)  # [B, mlp0 / 2]
-        x = torch.cat((mlp_u, mlp_i), dim=1)  # [B, mlp0]
-        xmf = mf_u * mf_i  # [B, factors]
-        if self.training:
-            self._set_penalty(mf_u, mf_i, x)
-            x = self._mlp_train(x)
-        else:
-            for layer in self.mlp:
-                x = torch.relu(layer(x))  # [B, width]
-        return self.final(torch.cat((xmf, x), dim=1)).squeeze(1)  # [B]
+            rows = self._lookups_train(user, item)
+            self._set_penalty(rows)
+        parts: list[torch.Tensor] = []  # [B, factors] (GMF), then [B, mlp_layers[-1]] (MLP)
+        if self.use_gmf:
+            parts.append(rows[0] * rows[1])
+        if self.use_mlp:
+            x = torch.cat((rows[-2], rows[-1]), dim=1)  # [B, mlp0]
+            if self.training:
+                x = self._mlp_train(x)
+            else:
+                for layer in self.mlp:
+                    x = torch.relu(layer(x))  # [B, width]
+            parts.append(x)
+        return self.final(torch.cat(parts, dim=1)).squeeze(1)  # [B]
+
+    def _lookups(self, user: torch.Tensor, item: torch.Tensor) -> list[torch.Tensor]:
+        rows: list[torch.Tensor] = []
+        if self.use_gmf:
+            rows += [self.mf_user_embed(user), self.mf_item_embed(item)]
+        if self.use_mlp:
+            rows += [self.mlp_user_embed(user), self.mlp_item_embed(item)]
+        return rows
 
     # The trainer's interface (ncf.models.kinds.TrainedModel); not part of the scripted model.
     @torch.jit.unused
     def dropout_widths(self):
         """Widths of the activations dropout applies to: the MLP layers' outputs
         (``mlp_layers[1:]``), or with ``dropout_at`` "input" their inputs (``mlp_layers[:-1]``)."""
-        widths = self.cfg.mlp_layers
+        widths = self.cfg.mlp_layers if self.use_mlp else []
         return list(widths[:-1] if self.cfg.dropout_at == "input" else widths[1:])
 
     @torch.jit.unused
@@ -154,21 +162,19 @@ class NeuMF(nn.Module):
 
     @torch.jit.unused
     def _lookups_train(self, user, item):
-        """The four embedding rows of a training batch, through ``step_grads`` when set."""
-        g = self.step_grads
-        return (
-            lookup(self.mf_user_embed, user, g),
-            lookup(self.mf_item_embed, item, g),
-            lookup(self.mlp_user_embed, user, g),
-            lookup(self.mlp_item_embed, item, g),
-        )
+        """The training batch's embedding rows (as ``_lookups``), through ``step_grads`` when set."""
+        tables = [self.mf_user_embed, self.mf_item_embed] if self.use_gmf else []
+        tables += [self.mlp_user_embed, self.mlp_item_embed] if self.use_mlp else []
+        return [
+            lookup(t, ids, self.step_grads)
+            for t, ids in zip(tables, [user, item] * (len(tables) // 2), strict=True)
+        ]
 
     @torch.jit.unused
-    def _set_penalty(self, mf_u, mf_i, mlp_x):
-        """``l2`` times the squared batch rows of the four embeddings (``mlp_x``: both MLP ones)."""
+    def _set_penalty(self, rows):
+        """``l2`` times the squared batch rows of every embedding (``rows``: ``_lookups``')."""
         if self.cfg.l2 > 0 and torch.is_grad_enabled():
-            squares = mf_u.square().sum() + mf_i.square().sum() + mlp_x.square().sum()
-            self.last_penalty = self.cfg.l2 * squares
+            self.last_penalty = self.cfg.l2 * sum(r.square().sum() for r in rows)
 
     # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
     @torch.jit.unused

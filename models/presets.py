@@ -14,7 +14,7 @@ from typing import Any
 from ncf.core.config import DEFAULT_SEED, Config, setting
 from ncf.core.names import GRAD_COMPRESSIONS
 from ncf.models.kinds import MODELS, config_class
-from ncf.models.neumf import DROPOUT_AT, LINEAR_INITS
+from ncf.models.neumf import DROPOUT_AT, LINEAR_INITS, TOWERS
 from ncf.models.sampling import SAMPLING_MODES
 
 # Default per-rank micro-batch cap on a CPU (``--micro-batch 0``): docs/PRESETS.md, "CPU micro-batch".
@@ -22,6 +22,7 @@ CPU_MICRO_BATCH = 48 << 10
 DEFAULT_TOPK = 10  # K of HR@K / NDCG@K
 DEFAULT_EVAL_BATCH = 1 << 20  # samples scored at once in evaluation (DLE --valid_batch_size)
 DEFAULT_PRESET = "dle"
+PRETRAIN_MODES = ("none", "gmf-mlp")  # NeuMF from scratch, or from a GMF and an MLP (pretrain.py)
 
 
 @dataclass
@@ -54,6 +55,28 @@ class TrainConfig(Config):
         "dle",
         choices=LINEAR_INITS,
         help="NeuMF: Linear layers Glorot/LeCun uniform (dle) or nn.Linear's default (torch, RecBole)",
+    )
+    towers: str = setting(
+        "both",
+        choices=TOWERS,
+        help="NeuMF: both towers, or the GMF or the MLP tower alone (He et al.'s GMF and MLP)",
+    )
+    # NeuMF pretraining (models/pretrain.py): one GMF and one MLP run first, NeuMF from them.
+    pretrain: str = setting(
+        "none",
+        choices=PRETRAIN_MODES,
+        help="NeuMF: gmf-mlp trains a GMF and an MLP first (each early-stopped on validation, "
+        "RUN/pretrain-gmf, RUN/pretrain-mlp) and starts NeuMF from their best epochs",
+    )
+    pretrain_epochs: int = setting(
+        0, help="most epochs of each pretraining run (0: --epochs); --patience stops them too"
+    )
+    pretrain_alpha: float = setting(
+        0.5,
+        help="the pretrained NeuMF's output: alpha x GMF's logit + (1 - alpha) x MLP's, in 0..1",
+    )
+    pretrain_lr: float = setting(
+        0.0, help="Adam lr of NeuMF after pretraining (0: --lr; the towers train with --lr)"
     )
     topk: int = setting(DEFAULT_TOPK, help="K of HR@K / NDCG@K")
     threshold: float = setting(1.0, help="stop once the selection HR@K reaches this (1.0: never)")
@@ -97,6 +120,10 @@ class TrainConfig(Config):
         values = {k: v for k, v in self.to_dict().items() if k in model_fields}
         return cls(num_users=num_users, num_items=num_items, **values)
 
+    def optimizer_lr(self) -> float:
+        """Adam's learning rate: ``pretrain_lr`` for a NeuMF that was pretrained (when > 0)."""
+        return self.pretrain_lr if self.pretrain != "none" and self.pretrain_lr > 0 else self.lr
+
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value."""
         positive = ("epochs", "batch_size", "eval_batch_size", "factors", "topk")
@@ -119,9 +146,28 @@ class TrainConfig(Config):
             raise ValueError(
                 f"--grad-compression {self.grad_compression!r}: use one of {GRAD_COMPRESSIONS}"
             )
+        self._check_pretrain()
         if self.negative_sampling not in SAMPLING_MODES:
             raise ValueError(
                 f"--negative-sampling {self.negative_sampling!r}: use one of {SAMPLING_MODES}"
+            )
+
+    def _check_pretrain(self) -> None:
+        """Raise ValueError for pretraining settings that cannot be run."""
+        if self.towers not in TOWERS or self.pretrain not in PRETRAIN_MODES:
+            raise ValueError(
+                f"--towers {self.towers!r} / --pretrain {self.pretrain!r}: use one of {TOWERS} "
+                f"/ {PRETRAIN_MODES}"
+            )
+        if self.pretrain != "none" and (self.model != "neumf" or self.towers != "both"):
+            raise ValueError(
+                f"--pretrain {self.pretrain} with --model {self.model} --towers {self.towers}: "
+                "pretraining builds a NeuMF with both towers; use --model neumf --towers both"
+            )
+        if self.pretrain_epochs < 0 or self.pretrain_lr < 0 or not 0 <= self.pretrain_alpha <= 1:
+            raise ValueError(
+                f"--pretrain-epochs {self.pretrain_epochs} / --pretrain-lr {self.pretrain_lr} / "
+                f"--pretrain-alpha {self.pretrain_alpha}: need >= 0 / >= 0 / 0..1"
             )
 
 

@@ -20,9 +20,10 @@ from ncf.core.atomic import check_replaceable, clean_stale, written_by
 from ncf.core.config import Config, flag, merge, resolve, setting, write_config
 from ncf.core.errors import HANDLED, report
 from ncf.models import checkpoint
-from ncf.models.data import load_etl
+from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
 from ncf.models.presets import DEFAULT_PRESET, PRESETS, TrainConfig, preset_values
+from ncf.models.pretrain import TOWER_RUNS, combine, figures, tower_config
 from ncf.models.progress import show_bar
 from ncf.models.runtime import configure, default_threads
 from ncf.models.sampling import BITMAP_FREE_FRACTION
@@ -33,6 +34,8 @@ OUTPUTS = (
     checkpoint.BEST, checkpoint.LAST, checkpoint.MANIFEST, LOG_FILE, METRICS_FILE, PLOT_FILE,
     CONFIG_FILE,
 )  # fmt: skip
+# What a run folder may hold: its outputs and its pretraining runs (run folders themselves).
+ENTRIES = (*OUTPUTS, *TOWER_RUNS.values())
 _HP_FIELDS = frozenset(f.name for f in fields(TrainConfig))
 
 
@@ -124,7 +127,7 @@ def _facts(out: Path, resume: bool) -> list[bool]:
     holds a checkpoint, holds a last.pt to resume from (looked at only for ``resume``)]."""
     empty = out.is_dir() and not out.is_symlink() and not any(out.iterdir())
     foreign = out.exists() and not empty and not (out.is_dir() and is_run_dir(out))
-    existing = not foreign and any((out / name).exists() for name in OUTPUTS)
+    existing = not foreign and any((out / name).exists() for name in ENTRIES)
     finished = not foreign and any(
         (out / name).exists() for name in (checkpoint.BEST, checkpoint.LAST)
     )
@@ -147,7 +150,7 @@ def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
         check_replaceable(out, "train", recognise=is_run_dir)  # raises, naming what is there
         raise FileExistsError(f"{out} is not a run folder of `ncf train` on another node")
     if have_run and not (resume or force):
-        found = ", ".join(n for n in OUTPUTS if (out / n).exists()) or "on another node"
+        found = ", ".join(n for n in ENTRIES if (out / n).exists()) or "on another node"
         raise FileExistsError(
             f"{out} already holds a run ({found}); pass --resume to continue it or --force to "
             "start over"
@@ -162,16 +165,27 @@ def prepare_out(out: Path, resume: bool, force: bool, env: DistEnv) -> bool:
     resuming = resume and have_last == env.world_size
     if env.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        for name in OUTPUTS:
-            clean_stale(out / name)  # temp files of a writer killed mid-write
-            if not resuming and (out / name).exists():
-                (out / name).unlink()  # --force, or --resume of a run killed before its first epoch
+        _clear(out, keep_outputs=resuming, keep_towers=resume)
         if resume and not resuming:
             print(
                 f"ncf train: no {out / checkpoint.LAST} yet; starting from epoch 0", file=sys.stderr
             )
     barrier(env)
     return resuming
+
+
+def _clear(out: Path, keep_outputs: bool, keep_towers: bool) -> None:
+    """Remove stale temp files; unless kept, the run's outputs (--force, or --resume of a run
+    killed before its first epoch) and its pretraining run folders (--force)."""
+    for name in OUTPUTS:
+        clean_stale(out / name)  # temp files of a writer killed mid-write
+        if not keep_outputs and (out / name).exists():
+            (out / name).unlink()
+    for name in () if keep_towers else TOWER_RUNS.values():
+        if (out / name).is_dir() and is_run_dir(out / name):
+            _clear(out / name, keep_outputs=False, keep_towers=False)
+            if not any((out / name).iterdir()):  # never a file ncf train did not write
+                (out / name).rmdir()
 
 
 def _no_last_message(out: Path) -> str:
@@ -213,11 +227,44 @@ def run(cfg: TrainRunConfig) -> int:
         resuming = prepare_out(cfg.out, cfg.resume, cfg.force, env)
         if env.is_main:  # the values used: automatic threads resolved
             write_config(cfg.out / CONFIG_FILE, cfg.replace(threads=threads), "train")
-        trainer = Trainer(load_etl(cfg.data, env.device), cfg.hp, env, run_options(cfg, env))
+        data, opts, start = load_etl(cfg.data, env.device), run_options(cfg, env), None
+        if cfg.hp.pretrain != "none":
+            opts.pretrain, start = pretrain(cfg.replace(threads=threads), data, env, resuming)
+        trainer = Trainer(data, cfg.hp, env, opts)
         if resuming:
             trainer.resume_from(cfg.out / checkpoint.LAST)
+        elif start is not None:
+            trainer.model.load_state_dict(start)  # in place: the optimizer holds these tensors
         trainer.fit()
     return 0
+
+
+def pretrain(
+    cfg: TrainRunConfig, data: EtlData, env: DistEnv, resuming: bool
+) -> tuple[dict, dict | None]:
+    """``--pretrain gmf-mlp``: each tower's run into ``RUN/pretrain-<tower>`` (a run folder of
+    its own: ``--resume`` continues it), then NeuMF's starting weights from their best epochs.
+
+    Returns the towers' figures and the weights; when NeuMF itself resumes, the towers finished
+    before it began: their figures only, and None.
+    """
+    states = {}
+    for tower, name in () if resuming else TOWER_RUNS.items():
+        sub = cfg.replace(out=cfg.out / name, hp=tower_config(cfg.hp, tower))
+        tower_resuming = prepare_out(sub.out, cfg.resume, cfg.force, env)
+        if env.is_main:
+            write_config(sub.out / CONFIG_FILE, sub, "train")
+        trainer = Trainer(data, sub.hp, env, run_options(sub, env))
+        if tower_resuming:
+            trainer.resume_from(sub.out / checkpoint.LAST)
+        trainer.fit()
+        barrier(env)  # rank 0's best.pt is written
+        states[tower] = checkpoint.load(sub.out / checkpoint.BEST, map_location=env.device)
+    runs = {t: figures(cfg.out / name, cfg.hp.topk) for t, name in TOWER_RUNS.items()}
+    about = {"mode": cfg.hp.pretrain, "alpha": cfg.hp.pretrain_alpha, "runs": runs}
+    if resuming:
+        return about, None
+    return about, combine(states["gmf"]["model"], states["mlp"]["model"], cfg.hp.pretrain_alpha)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,6 +74,7 @@ class RunOptions:
     progress: bool = False  # draw the tqdm bar (ncf.models.progress.show_bar decides)
     preset: str = DEFAULT_PRESET
     sampling_backend: str = "auto"
+    pretrain: dict | None = None  # the pretraining runs' figures (ncf.models.pretrain.figures)
 
 
 def make_grad_scaler(enabled: bool) -> torch.cuda.amp.GradScaler:
@@ -89,7 +90,7 @@ def make_grad_scaler(enabled: bool) -> torch.cuda.amp.GradScaler:
 
 def make_optimizer(params, cfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
     """DLE's Adam; the fused kernel where this torch has one for the device (same update rule)."""
-    kwargs = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps}
+    kwargs = {"lr": cfg.optimizer_lr(), "betas": (cfg.beta1, cfg.beta2), "eps": cfg.eps}
     params = list(params)  # a generator would be used up by the first attempt
     try:
         return torch.optim.Adam(params, fused=True, **kwargs)
@@ -417,6 +418,7 @@ class Trainer:
             "protocol": protocol(data.has_valid),
             "eval_negatives": int(data.eval_negatives.shape[1]),
             "sampling_backend": getattr(self.positives, "backend", None),
+            **({"pretrain": self.opts.pretrain} if self.opts.pretrain else {}),
         }
 
     def write_outputs(

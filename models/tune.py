@@ -386,6 +386,12 @@ class TuneConfig(Config):
                 f"{self.threads}: need >= 1 / >= 0 / >= 0"
             )
         self.hp.check()
+        if self.hp.pretrain != "none":
+            raise ValueError(
+                f"--pretrain {self.hp.pretrain}: `ncf tune`'s trials train NeuMF from scratch; "
+                "search with --pretrain none, then `ncf train --config OUT/best.json --pretrain "
+                f"{self.hp.pretrain}`"
+            )
         preset = preset_config(self.preset, model=self.hp.model)
         given = [flag_name(k) for k in SEARCH_SPACES[self.hp.model]
                  if getattr(self.hp, k) != getattr(preset, k)]  # fmt: skip

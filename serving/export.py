@@ -344,6 +344,11 @@ def export_repository(
         raise ValueError(f"--keep-versions {keep_versions}: must be >= 1 (the serving version)")
     data = Path(data)
     model, ckpt = load_model(checkpoint, kinds=("neumf",))
+    if model.cfg.towers != "both":  # the catalogue scorer reads both towers' weights
+        raise ValueError(
+            f"{checkpoint}: a NeuMF with its {model.cfg.towers} tower alone (a pretraining run); "
+            "export a NeuMF with both towers, e.g. the run's own best.pt"
+        )
     meta, _ = read_metadata(data)
     _check_data_match(ckpt, model, meta, data, ignore_data_hash)
     wrapper = ServingNeuMF(model).eval()
