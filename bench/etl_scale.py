@@ -73,7 +73,7 @@ CONFIG = EtlScaleBench
 
 def data_set(args: EtlScaleBench, scale: float) -> Path:
     """The parquet folder of ``ncf synth --scale scale`` (made on first use)."""
-    out = args.data / f"scale{scale:g}"
+    out = args.data / f"scale{scale:g}.parquet"  # `ncf synth`: a .parquet --out is the folder
     if not out.is_dir():
         cmd = [sys.executable, "-m", "ncf.cli", "synth", "--scale", f"{scale:g}"]
         subprocess.run([*cmd, "--format", "parquet", "--out", str(out)], check=True)
