@@ -74,7 +74,7 @@ class TrainRunConfig(Config):
     sampling_backend: Literal["auto", "bitmap", "sorted"] = setting(
         "auto",
         help="membership check of exact negatives, same draws either way (auto: the bitmap when "
-        f"it takes at most {BITMAP_FREE_FRACTION:.0%} of the device's free memory)",
+        f"it takes at most {BITMAP_FREE_FRACTION * 100:.0f} per cent of the device's free memory)",
     )
     progress: bool = flag(True, help="tqdm bar per epoch on a terminal (--no-progress: none)")
 

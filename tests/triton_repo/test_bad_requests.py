@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import time
 from functools import partial
 
 import numpy as np
@@ -134,6 +135,11 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(server, exact_batcher, bad_p
             tensors = infer_inputs(grpc, _ids(REQUEST_ROWS, user=user))
             conn.async_infer(names.MODEL_NEUMF, tensors, partial(_put, results, key))
         answers = [results.get(timeout=120) for _ in users]
+        # The server counts an execution once the model's execute returns, which may be after
+        # the responses it sent have arrived here: wait for the count to move.
+        deadline = time.monotonic() + 60
+        while executions(conn) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert executions(conn) - before == 1, f"{len(users)} requests were not one batch"
     for key, result, error in answers:
         if users[key] == BAD_USER:
