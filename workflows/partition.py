@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ncf.workflows import metadata as md
-from ncf.workflows.backend import array_module, dense_codes, stable_argsort, to_numpy
+from ncf.workflows.backend import array_module, dense_codes, repeat, stable_argsort, to_numpy
 from ncf.workflows.encoding import Encoding
 from ncf.workflows.negatives import check_feasible, sample_negatives, user_streams
 from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count_mask
@@ -214,9 +214,27 @@ def _sorted_pairs(u_idx: Any, i_idx: Any, mask: Any, encoding: Encoding) -> tupl
     """The rows where ``mask``, stably sorted by user (each user keeps its input order)."""
     u, i = u_idx[mask], i_idx[mask]
     if u.size > 1 and bool((u[1:] < u[:-1]).any()):
-        order = stable_argsort(u)
+        order = _grouped_order(u)
+        if order is None:
+            order = stable_argsort(u)
         u, i = u[order], i[order]
     return _model_ids(u, i, encoding)
+
+
+def _grouped_order(u: Any) -> Any | None:
+    """The stable sort of ``u`` by moving whole runs, when each value forms one contiguous run
+    (ratings files grouped by user, as ML-20m's are): O(n) instead of a sort; else None."""
+    xp = array_module(u)
+    starts = xp.concatenate([xp.zeros(1, xp.int64), xp.flatnonzero(u[1:] != u[:-1]) + 1])
+    run_users = u[starts]
+    by_user = xp.argsort(run_users)  # [runs], small: one entry per user
+    if bool((run_users[by_user[1:]] == run_users[by_user[:-1]]).any()):
+        return None  # a user in two runs: not grouped
+    lengths = xp.diff(xp.concatenate([starts, xp.asarray([u.size], dtype=xp.int64)]))
+    first, size = starts[by_user], lengths[by_user]
+    # Row j of the output comes from first[run] + (j - the run's start in the output).
+    shift = first - (xp.cumsum(size) - size)
+    return repeat(shift, size) + xp.arange(u.size, dtype=xp.int64)
 
 
 def _model_ids(u_idx: Any, i_idx: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray]:

@@ -90,3 +90,23 @@ def test_partition_rows_chooses_the_path_and_says_so(tmp_path, capsys):
     meta = etl(data, tmp_path / "mem", engine="pandas", min_ratings=5)
     assert meta["partitions"] == 1
     assert "in memory: ~6,0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("users", "grouped"),
+    [
+        ([3, 3, 1, 1, 1, 2], True),  # one run per user: runs moved whole
+        ([5, 0, 0, 9, 2, 2, 2], True),
+        ([3, 3, 1, 3], False),  # user 3 in two runs: a real sort
+        ([1, 2, 1], False),
+    ],
+)
+def test_rows_sorted_by_user_keep_their_order_within_a_user(users, grouped):
+    from ncf.workflows.backend import stable_argsort
+    from ncf.workflows.partition import _grouped_order
+
+    u = np.asarray(users, dtype=np.int64)
+    order = _grouped_order(u)
+    assert (order is not None) == grouped
+    if grouped:
+        np.testing.assert_array_equal(order, stable_argsort(u))
