@@ -40,6 +40,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     # not part of `ncf bench all`: 20M-200M ratings (an hour here), RecBole in its own venv
     # (`make peers`), and a diagnostic
     "etl-scale": ("ncf.bench.etl_scale", "ETL time and memory per process, 20M to 200M ratings"),
+    "large-batch": (
+        "ncf.bench.large_batch",
+        "HR@10 at 4x the batch with and without the learning-rate rule",
+    ),
     "etl-kernels": ("ncf.bench.etl_kernels", "the ETL's per-partition steps on numpy and cupy"),
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "transfer": (

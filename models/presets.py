@@ -8,6 +8,7 @@ was chosen (its search, trial counts and validation figures): docs/PRESETS.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,6 +35,17 @@ class TrainConfig(Config):
     eval_batch_size: int = setting(DEFAULT_EVAL_BATCH, help="samples scored at once in evaluation")
     negatives: int = setting(4, alias="-n", help="training negatives per positive")
     lr: float = setting(0.0045, alias="-l", help="Adam learning rate")
+    # The learning-rate rule (``lr_at``), one for every batch size: --lr holds at --lr-batch and
+    # scales by the square root of the batch ratio (Adam's rule: the update's noise falls with
+    # the square root of the batch), after a linear warm-up over --warmup-epochs.
+    lr_batch: int = setting(
+        0,
+        help="global batch at which --lr holds; other batches scale it by sqrt(--batch-size / "
+        "--lr-batch) (0: --lr at every batch)",
+    )
+    warmup_epochs: float = setting(
+        0.0, help="the lr rises linearly from 0 over the first N epochs (fractions allowed)"
+    )
     beta1: float = setting(0.25, help="Adam beta1")
     beta2: float = setting(0.5, help="Adam beta2")
     eps: float = setting(1e-8, help="Adam epsilon")
@@ -124,6 +136,21 @@ class TrainConfig(Config):
         """Adam's learning rate: ``pretrain_lr`` for a NeuMF that was pretrained (when > 0)."""
         return self.pretrain_lr if self.pretrain != "none" and self.pretrain_lr > 0 else self.lr
 
+    def lr_at(self, step: int, steps_per_epoch: int) -> float:
+        """Adam's learning rate at optimizer step ``step`` (0-based, counted over all epochs).
+
+        ``optimizer_lr()``, times ``sqrt(batch_size / lr_batch)`` when ``lr_batch`` is set, times
+        ``(step + 1) / (warmup_epochs * steps_per_epoch)`` during the warm-up. A pure function of
+        the step: a resumed run continues the schedule without state of its own.
+        """
+        lr = self.optimizer_lr()
+        if self.lr_batch > 0:
+            lr *= math.sqrt(self.batch_size / self.lr_batch)
+        warm = self.warmup_epochs * steps_per_epoch
+        if step + 1 < warm:
+            lr *= (step + 1) / warm
+        return lr
+
     def check(self) -> None:
         """Raise ValueError naming the flag of the first invalid value."""
         positive = ("epochs", "batch_size", "eval_batch_size", "factors", "topk")
@@ -140,6 +167,10 @@ class TrainConfig(Config):
                 f"Adam lr={self.lr} betas=({self.beta1}, {self.beta2}) eps={self.eps}: need lr>0, 0<=beta<1, eps>0"
             )
         config_class(self.model)  # raises for an unknown kind
+        if self.lr_batch < 0 or self.warmup_epochs < 0:
+            raise ValueError(
+                f"--lr-batch {self.lr_batch} / --warmup-epochs {self.warmup_epochs}: need >= 0"
+            )
         if self.l2 < 0 or self.init_std <= 0:
             raise ValueError(f"--l2 {self.l2} / --init-std {self.init_std}: need >= 0 / > 0")
         if self.grad_compression not in GRAD_COMPRESSIONS:

@@ -252,8 +252,11 @@ class Trainer:
             self.data, self.cfg.negatives, self.cfg.negative_sampling, self.positives, gen
         )
         n, batch = plan.num_samples, self.cfg.batch_size
+        steps = -(-n // batch)  # optimizer steps per epoch
         loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        for start in range(0, n, batch):
+        for i, start in enumerate(range(0, n, batch)):
+            for group in self.opt.param_groups:  # the train config's rule (TrainConfig.lr_at)
+                group["lr"] = self.cfg.lr_at(epoch * steps + i, steps)
             loss += self.step(plan, start, min(batch, n - start), gen)
             if progress is not None:
                 progress.update(1)
