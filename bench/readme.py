@@ -24,6 +24,7 @@ END = "<!-- results:end -->"
 ORDER = (
     "summary",
     "etl",
+    "etl-scale",
     "train",
     "inference",
     "triton",
