@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 import torch
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+from ncf.core import heap
+
 # Blocks below this come from the heap and are kept for reuse: a CPU step's buffers (<= 64 MiB
 # activations of a 48Ki micro-batch, 71 MB embedding gradients). One-off buffers above it (the
 # epoch's permutation and negatives, the positives bitmap) are still mapped and unmapped.
@@ -16,23 +15,11 @@ MMAP_THRESHOLD = 128 << 20
 
 
 def keep_freed_memory() -> bool:
-    """Tell glibc malloc to keep freed blocks instead of returning them to the OS.
-
-    A training step allocates and frees the same large activation buffers every micro-batch; with
-    glibc's defaults each one above 128 KB (adaptively up to 32 MB) is mmapped, freed with munmap
-    and page-faulted in again on its next use (158M page faults per DLE epoch: docs/FACTS.md).
-    Keeping them in the heap makes elementwise ops several times faster. Call it once setup is done:
-    what setup freed before is returned to the OS as usual. Returns False where glibc is not the
-    allocator.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(
-            _M_TRIM_THRESHOLD, 2**31 - 1
-        )
-    except (OSError, AttributeError):
-        return False
-    return bool(ok)
+    """Keep a training step's freed buffers for the next micro-batch instead of returning them
+    to the OS (158M page faults per DLE epoch otherwise: docs/FACTS.md). Call it once setup is
+    done: what setup freed before is returned to the OS as usual. False where glibc is not the
+    allocator."""
+    return heap.keep_freed_memory(MMAP_THRESHOLD)
 
 
 def default_threads(local_world_size: int) -> int:

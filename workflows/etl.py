@@ -29,6 +29,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from ncf.core import heap
 from ncf.core.atomic import atomic_dir, check_replaceable, clean_stale, write_json
 from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 from ncf.core.digest import sha256_file
@@ -46,6 +47,8 @@ from ncf.workflows.schema import write_schemas
 
 ENGINES = ("nvtabular", "pandas")
 DATASETS = tuple(COUNT_KEYS)  # the dataset folders an output may hold
+# In memory, blocks below this come from the heap (a partition's arrays: up to 25M rows x 8 B).
+IN_MEMORY_MMAP_THRESHOLD = 1 << 30
 # Ratings per partition: about 100 bytes a rating at the peak of the per-user steps, so 25M keep a
 # process near 2.5-3 GB and 200M ratings (8 partitions) within 8 GB on 2 workers
 # (docs/ARCHITECTURE.md, 'Partitioned ETL'; bench/results/etl-scale.json).
@@ -237,6 +240,9 @@ def _partitions(opts: EtlConfig, blocks: list[Block]) -> tuple[int, int]:
 
 def _in_memory(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dict) -> dict:
     """The whole input in this process (one partition): the fast path for data that fits."""
+    # Its 100+ MB temporaries come and go by the dozen: reuse freed ones instead of faulting
+    # fresh pages in for each (a process that ends after the run: the heap is not trimmed).
+    heap.keep_freed_memory(IN_MEMORY_MMAP_THRESHOLD, keep_top=True)
     with ThreadPoolExecutor(2) as pool:
         # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
         sha = pool.submit(input_sha256, opts.input)

@@ -107,7 +107,7 @@ def sample_negatives(
         int64 arrays of shape ``[n_users * n]``, sorted by user; within a user, draw order.
     """
     xp = array_module(pos_user, pos_item)
-    pos_keys = xp.unique(pos_user.astype(xp.int64) * n_items + pos_item)  # sorted, [n_pos]
+    pos_keys = _sorted_unique(pos_user.astype(xp.int64) * n_items + pos_item)  # [n_pos]
     counts = xp.bincount(pos_keys // n_items, minlength=n_users)  # distinct positives per user
     check_feasible(counts, n_items, n)
     keys = xp.arange(n_users, dtype=xp.int64) if user_keys is None else user_keys
@@ -153,12 +153,11 @@ def _round(rng, active, need, blocked, known, n_items):
     need_f = need.astype(xp.float64)
     free = (n_items - blocked).astype(xp.float64)
     draws = xp.ceil((need_f + 2.0 * xp.sqrt(need_f) + 2.0) * n_items / free).astype(xp.int64)
-    user = repeat(active, draws)  # [n_draws], one block per user
+    user = repeat(active, draws)  # [n_draws], one block per user, ascending
     start = xp.cumsum(draws) - draws  # first slot of each block, [n_active]
-    # Candidate k of a user is draw number drawn[user] + k of its own stream.
-    counter = repeat(drawn[active] - start, draws) + xp.arange(user.size, dtype=xp.int64)
-    item = user_draws(streams[user], counter, n_items)
-    key, row = _sorted_draws(user * n_items + item, start, draws, active, n_items)
+    first = repeat(start, draws)  # first slot of each draw's block, [n_draws]
+    item = _block_draws(streams[active], drawn[active] - start, draws, n_items)
+    key, row = _sorted_draws(user * n_items + item, first, draws)
     # In key order: reject repeats of a key (the earlier draw of a (user, item) pair comes
     # first), positives and earlier rounds' negatives. Sorted needles make the binary searches
     # cache-friendly (30x faster than random order on 16M keys).
@@ -175,11 +174,25 @@ def _round(rng, active, need, blocked, known, n_items):
 
 
 def _mix(z: Any) -> Any:
-    """SplitMix64's output function on uint64 arrays (wraps modulo 2**64, as numpy and cupy do)."""
+    """SplitMix64's output function on uint64 arrays, in place (wraps modulo 2**64, as numpy and
+    cupy do): ``z`` is overwritten and returned."""
     xp = array_module(z)
-    z = (z ^ (z >> xp.uint64(30))) * xp.uint64(MIX1)
-    z = (z ^ (z >> xp.uint64(27))) * xp.uint64(MIX2)
-    return z ^ (z >> xp.uint64(31))
+    z ^= z >> xp.uint64(30)
+    z *= xp.uint64(MIX1)
+    z ^= z >> xp.uint64(27)
+    z *= xp.uint64(MIX2)
+    z ^= z >> xp.uint64(31)
+    return z
+
+
+def _sorted_unique(keys: Any) -> Any:
+    """``unique(keys)`` of a fresh array, sorted in place (no copy when no key repeats)."""
+    xp = array_module(keys)
+    keys.sort()
+    new = keys[1:] != keys[:-1]
+    if keys.size > 1 and not bool(new.all()):
+        return xp.concatenate([keys[:1], keys[1:][new]])
+    return keys
 
 
 def user_streams(keys: Any, seed: int) -> Any:
@@ -223,24 +236,59 @@ def user_draws(stream: Any, counter: Any, n_items: int) -> Any:
         ``n_items / 2**53`` per item).
     """
     xp = array_module(stream, counter)
-    z = _mix(stream + counter.astype(xp.uint64) * xp.uint64(GAMMA))
-    unit = (z >> xp.uint64(11)).astype(xp.float64) * (1.0 / (1 << 53))  # [0, 1)
-    return xp.minimum((unit * n_items).astype(xp.int64), n_items - 1)
+    return _to_items(_mix(stream + counter.astype(xp.uint64) * xp.uint64(GAMMA)), n_items)
 
 
-def _sorted_draws(key: Any, start: Any, draws: Any, active: Any, n_items: int) -> tuple[Any, Any]:
-    """Sort draws by (key, draw position); return the sorted keys and their rows in draw order."""
+def _block_draws(streams: Any, offset: Any, draws: Any, n_items: int) -> Any:
+    """:func:`user_draws` for blocks of consecutive draws, one block per stream.
+
+    Slot ``j`` of the round is draw number ``offset + j`` of its block's stream, where ``offset``
+    is per block (the draws before the round minus the block's first slot), shape ``[n_blocks]``.
+    Its state ``stream + (offset + j) * GAMMA`` is built as a per-block base plus ``j * GAMMA``
+    (equal modulo 2**64), so the per-draw work is one repeat and one range, not gathers.
+    """
+    xp = array_module(streams)
+    base = streams + offset.view(xp.uint64) * xp.uint64(GAMMA)  # [n_blocks]
+    z = repeat(base, draws)  # [n_draws]
+    step = xp.arange(z.size, dtype=xp.uint64)
+    step *= xp.uint64(GAMMA)
+    z += step
+    del step
+    return _to_items(_mix(z), n_items)
+
+
+def _to_items(z: Any, n_items: int) -> Any:
+    """Items in ``[0, n_items)`` from SplitMix64 outputs (``z`` is overwritten): the top 53 bits
+    of each as a fraction of the range."""
+    xp = array_module(z)
+    z >>= xp.uint64(11)
+    # x * 2**-53 is exact, so scaling once by n_items * 2**-53 rounds as x * 2**-53 * n_items does.
+    unit = z.astype(xp.float64)
+    unit *= n_items * (1.0 / (1 << 53))
+    items = z.view(xp.int64)
+    items[...] = unit  # truncates, as astype does: [0, n_items]
+    del unit
+    return xp.minimum(items, n_items - 1, out=items)
+
+
+def _sorted_draws(key: Any, first: Any, draws: Any) -> tuple[Any, Any]:
+    """Sort draws by (key, draw position); return the sorted keys and their rows in draw order.
+
+    ``first`` is the first slot of each draw's block, ``[n_draws]``; blocks are in ascending
+    user order and keys are user-major, so sorting keeps every block in its slots.
+    """
     xp = array_module(key)
-    width = 1 << int(draws.max()).bit_length()  # power of two > every position in a block
-    if int(key.max()) < (2**62) // width:
+    shift = int(draws.max()).bit_length()  # 2**shift > every position in a block
+    if int(key.max()) < (2**62) >> shift:
         # (key, position in block) packed in one int64: a plain sort, cheaper than an argsort.
-        slot = xp.arange(key.size, dtype=xp.int64) - repeat(start, draws)
-        packed = xp.sort(key * width + slot)
-        key = packed // width
-        # Row = first slot of the key's user block + position; block of a user via a table.
-        block = xp.full(int(active[-1]) + 1, -1, dtype=xp.int64)
-        block[active] = start
-        return key, block[key // n_items] + packed % width
+        packed = key << shift
+        packed += xp.arange(key.size, dtype=xp.int64)
+        packed -= first
+        packed.sort()
+        row = packed & ((1 << shift) - 1)
+        row += first  # the block's first slot + the position in it
+        packed >>= shift
+        return packed, row
     order = stable_argsort(key)  # huge id ranges: keeps draw order among equal keys
     return key[order], order
 

@@ -43,6 +43,9 @@ def partition_of(user: Any, partitions: int) -> Any:
     return (user_streams(user.astype(xp.int64), 0) % xp.uint64(partitions)).astype(xp.int64)
 
 
+RUN_COPY_MIN_LENGTH = 32  # mean rows per run above which runs are moved by slices
+
+
 @dataclasses.dataclass
 class Prepared:
     """One partition's kept ratings (raw ids, input order) and what was dropped."""
@@ -191,11 +194,16 @@ def finish(
     from ncf.core import names
 
     xp = array_module(part.user)
-    u_idx = encoding.user.index(part.user).astype(xp.int64)  # model id - lo, [n]
-    i_idx = encoding.item.index(part.item).astype(xp.int64)
+    # model id - lo, int32 [n]: half the bytes of int64 through the masks and gathers below.
+    u_idx = encoding.user.index(part.user)
+    i_idx = encoding.item.index(part.item)
     # Local dense users (for the sampler's arrays) in model-id order, so that its user-sorted
     # output is also sorted by model id.
-    local, by_local = dense_codes(u_idx)  # by_local: model index of each local user, ascending
+    if part.users is not None and part.users.size == encoding.user.size:
+        # Every user is in this partition (the in-memory path): model indexes are already dense.
+        local, by_local = u_idx, xp.arange(part.users.size, dtype=xp.int64)
+    else:
+        local, by_local = dense_codes(u_idx)  # by_local: model index of each local user, ascending
     out = {names.TRAIN_DIR: _sorted_pairs(u_idx, i_idx, part.held == TRAIN, encoding)}
     datasets = [(TEST, names.TEST_DIR, names.NEGATIVES_DIR)]
     if len(seeds) > 1:
@@ -214,32 +222,42 @@ def _sorted_pairs(u_idx: Any, i_idx: Any, mask: Any, encoding: Encoding) -> tupl
     """The rows where ``mask``, stably sorted by user (each user keeps its input order)."""
     u, i = u_idx[mask], i_idx[mask]
     if u.size > 1 and bool((u[1:] < u[:-1]).any()):
-        order = _grouped_order(u)
-        if order is None:
+        grouped = _grouped_sort(u, i)
+        if grouped is None:
             order = stable_argsort(u)
-        u, i = u[order], i[order]
+            grouped = u[order], i[order]
+        u, i = grouped
     return _model_ids(u, i, encoding)
 
 
-def _grouped_order(u: Any) -> Any | None:
-    """The stable sort of ``u`` by moving whole runs, when each value forms one contiguous run
-    (ratings files grouped by user, as ML-20m's are): O(n) instead of a sort; else None."""
+def _grouped_sort(u: Any, i: Any) -> tuple[Any, Any] | None:
+    """``(u, i)`` stably sorted by ``u`` by moving whole runs, when each value of ``u`` forms
+    one contiguous run (ratings files grouped by user, as ML-20m's are): O(n) instead of a sort;
+    else None."""
     xp = array_module(u)
     starts = xp.concatenate([xp.zeros(1, xp.int64), xp.flatnonzero(u[1:] != u[:-1]) + 1])
     run_users = u[starts]
     by_user = xp.argsort(run_users)  # [runs], small: one entry per user
     if bool((run_users[by_user[1:]] == run_users[by_user[:-1]]).any()):
         return None  # a user in two runs: not grouped
-    lengths = xp.diff(xp.concatenate([starts, xp.asarray([u.size], dtype=xp.int64)]))
-    first, size = starts[by_user], lengths[by_user]
-    # Row j of the output comes from first[run] + (j - the run's start in the output).
-    shift = first - (xp.cumsum(size) - size)
-    return repeat(shift, size) + xp.arange(u.size, dtype=xp.int64)
+    ends = xp.concatenate([starts[1:], xp.asarray([u.size], dtype=xp.int64)])
+    first, size = starts[by_user], (ends - starts)[by_user]
+    if xp is np and size.size * RUN_COPY_MIN_LENGTH <= u.size:
+        # A copy of each run, in user order: no index array over the rows (a Python loop over
+        # the runs, so only where runs are long on average).
+        i = np.concatenate(
+            [i[a : a + n] for a, n in zip(first.tolist(), size.tolist(), strict=True)]
+        )
+    else:
+        # Row j of the output comes from first[run] + (j - the run's start in the output).
+        shift = first - (xp.cumsum(size) - size)
+        i = i[repeat(shift, size) + xp.arange(u.size, dtype=xp.int64)]
+    return repeat(run_users[by_user], size), i
 
 
 def _model_ids(u_idx: Any, i_idx: Any, encoding: Encoding) -> tuple[np.ndarray, np.ndarray]:
     """Host int64 model ids from dense indices (``lo + index``)."""
-    return (
-        to_numpy(u_idx).astype(np.int64) + encoding.user.lo,
-        to_numpy(i_idx).astype(np.int64) + encoding.item.lo,
-    )
+    user, item = to_numpy(u_idx).astype(np.int64), to_numpy(i_idx).astype(np.int64)
+    user += encoding.user.lo  # in place: no second copy of a split's rows
+    item += encoding.item.lo
+    return user, item

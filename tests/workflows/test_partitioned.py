@@ -97,16 +97,20 @@ def test_partition_rows_chooses_the_path_and_says_so(tmp_path, capsys):
     [
         ([3, 3, 1, 1, 1, 2], True),  # one run per user: runs moved whole
         ([5, 0, 0, 9, 2, 2, 2], True),
+        ([2] * 40 + [0] * 33 + [1] * 50, True),  # long runs: moved by slices
         ([3, 3, 1, 3], False),  # user 3 in two runs: a real sort
         ([1, 2, 1], False),
     ],
 )
 def test_rows_sorted_by_user_keep_their_order_within_a_user(users, grouped):
     from ncf.workflows.backend import stable_argsort
-    from ncf.workflows.partition import _grouped_order
+    from ncf.workflows.partition import _grouped_sort
 
-    u = np.asarray(users, dtype=np.int64)
-    order = _grouped_order(u)
-    assert (order is not None) == grouped
+    u = np.asarray(users, dtype=np.int32)
+    i = np.arange(u.size, dtype=np.int32) * 7  # distinct values: the row each comes from
+    got = _grouped_sort(u, i)
+    assert (got is not None) == grouped
     if grouped:
-        np.testing.assert_array_equal(order, stable_argsort(u))
+        order = stable_argsort(u)
+        np.testing.assert_array_equal(got[0], u[order])
+        np.testing.assert_array_equal(got[1], i[order])

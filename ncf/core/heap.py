@@ -1,0 +1,39 @@
+"""glibc malloc settings for array programs that allocate and free the same large buffers."""
+
+from __future__ import annotations
+
+import ctypes
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_freed_memory(mmap_threshold: int, keep_top: bool = True) -> bool:
+    """Serve blocks below ``mmap_threshold`` bytes from the heap, reusing freed ones.
+
+    With glibc's defaults every block above 128 KiB (adaptively up to 32 MiB) is mmapped and
+    unmapped on free, so a program that frees a buffer and allocates one like it page-faults every
+    page in again (docs/FACTS.md, "The C library"). Above the threshold blocks are still mapped.
+
+    Parameters
+    ----------
+    mmap_threshold
+        Bytes; blocks at least this large are mmapped as before.
+    keep_top
+        Also keep freed memory at the top of the heap (no trimming) instead of returning it to the
+        OS: for a loop whose peak repeats; False returns it, so peak RSS stays that of the
+        default allocator.
+
+    Returns
+    -------
+    bool
+        False where glibc is not the allocator (nothing changed).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+        if ok and keep_top:
+            ok = libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    except (OSError, AttributeError):
+        return False
+    return bool(ok)
