@@ -241,8 +241,15 @@ def _partitions(opts: EtlConfig, blocks: list[Block]) -> tuple[int, int]:
 def _in_memory(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dict) -> dict:
     """The whole input in this process (one partition): the fast path for data that fits."""
     # Its 100+ MB temporaries come and go by the dozen: reuse freed ones instead of faulting
-    # fresh pages in for each (a process that ends after the run: the heap is not trimmed).
+    # fresh pages in for each; the heap is handed back when the run ends (in-process callers).
     heap.keep_freed_memory(IN_MEMORY_MMAP_THRESHOLD, keep_top=True)
+    try:
+        return _in_memory_run(opts, columns, timed, timings)
+    finally:
+        heap.release_freed_memory()
+
+
+def _in_memory_run(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings: dict) -> dict:
     with ThreadPoolExecutor(2) as pool:
         # Overlap with the read: hashing the input (GIL released) and NVTabular's 3 s import.
         sha = pool.submit(input_sha256, opts.input)

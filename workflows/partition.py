@@ -27,6 +27,7 @@ from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count
 
 # ``Prepared.held`` codes: held-out split k of hold_out_latest (0 = test) has code k + 1.
 TRAIN, TEST, VALID = 0, 1, 2
+RUN_COPY_MIN_LENGTH = 32  # mean rows per run above which runs are moved by slices
 
 
 def negative_seeds(seed: int, n_held: int) -> list[int]:
@@ -41,9 +42,6 @@ def partition_of(user: Any, partitions: int) -> Any:
     for any id layout, and the same in every process)."""
     xp = array_module(user)
     return (user_streams(user.astype(xp.int64), 0) % xp.uint64(partitions)).astype(xp.int64)
-
-
-RUN_COPY_MIN_LENGTH = 32  # mean rows per run above which runs are moved by slices
 
 
 @dataclasses.dataclass

@@ -6,6 +6,8 @@ import ctypes
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+# glibc's initial thresholds (mallopt(3)); set explicitly, they stay fixed (no dynamic raise).
+_DEFAULT_THRESHOLD = 128 << 10
 
 
 def keep_freed_memory(mmap_threshold: int, keep_top: bool = True) -> bool:
@@ -34,6 +36,25 @@ def keep_freed_memory(mmap_threshold: int, keep_top: bool = True) -> bool:
         ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
         if ok and keep_top:
             ok = libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    except (OSError, AttributeError):
+        return False
+    return bool(ok)
+
+
+def release_freed_memory() -> bool:
+    """Undo :func:`keep_freed_memory`: glibc's default thresholds again, and every free page of
+    the heap returned to the OS (``malloc_trim(0)``), for a caller that lives on after the work.
+
+    Returns
+    -------
+    bool
+        False where glibc is not the allocator (nothing changed).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)
+        ok = ok and libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD)
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         return False
     return bool(ok)
