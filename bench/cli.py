@@ -44,6 +44,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "ncf.bench.large_batch",
         "HR@10 at 4x the batch with and without the learning-rate rule",
     ),
+    "warm-start": (
+        "ncf.bench.warm_start",
+        "a day's retrain warm-started from yesterday's model against a cold one",
+    ),
     "etl-kernels": ("ncf.bench.etl_kernels", "the ETL's per-partition steps on numpy and cupy"),
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "transfer": (

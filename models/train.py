@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from ncf.core.atomic import check_replaceable, clean_stale, written_by
 from ncf.core.config import Config, flag, merge, resolve, setting, write_config
 from ncf.core.errors import HANDLED, report
-from ncf.models import checkpoint
+from ncf.models import checkpoint, warm_start
 from ncf.models.data import EtlData, load_etl
 from ncf.models.distributed import DEVICES, DistEnv, barrier, process_group, ranks_with
 from ncf.models.presets import DEFAULT_PRESET, PRESETS, TrainConfig, preset_values
@@ -53,6 +53,12 @@ class TrainRunConfig(Config):
         "defaults; docs/PRESETS.md)",
     )
     hp: TrainConfig = field(default_factory=TrainConfig)  # what to learn: flat flags (--lr)
+    init_from: Path | None = setting(
+        None,
+        metavar="CHECKPOINT",
+        help="start from this run's model (RUN/best.pt): --data must be its ETL output or one "
+        "made with `ncf etl --vocab-from` it; new users' and items' rows start fresh",
+    )
     device: str = setting("auto", choices=DEVICES, help="auto: CUDA if available")
     amp: bool = flag(
         False, help="mixed precision: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU"
@@ -110,6 +116,11 @@ class TrainRunConfig(Config):
                 raise ValueError(f"--{name}: required; see `ncf train --help`")
         if self.threads < 0:
             raise ValueError(f"--threads {self.threads}: must be >= 0 (0: automatic)")
+        if self.init_from is not None and self.hp.pretrain != "none":
+            raise ValueError(
+                f"--init-from {self.init_from} and --pretrain {self.hp.pretrain} both choose the "
+                "starting weights: pass one of them"
+            )
         self.hp.check()
 
 
@@ -231,6 +242,10 @@ def run(cfg: TrainRunConfig) -> int:
         if cfg.hp.pretrain != "none":
             opts.pretrain, start = pretrain(cfg.replace(threads=threads), data, env, resuming)
         trainer = Trainer(data, cfg.hp, env, opts)
+        if cfg.init_from is not None and not resuming:
+            start, opts.init_from = warm_start.start_from(
+                cfg.init_from, data, trainer.model, cfg.hp.model
+            )
         if resuming:
             trainer.resume_from(cfg.out / checkpoint.LAST)
         elif start is not None:

@@ -75,6 +75,7 @@ class RunOptions:
     preset: str = DEFAULT_PRESET
     sampling_backend: str = "auto"
     pretrain: dict | None = None  # the pretraining runs' figures (ncf.models.pretrain.figures)
+    init_from: dict | None = None  # where --init-from started (ncf.models.warm_start.start_from)
 
 
 def make_grad_scaler(enabled: bool) -> torch.cuda.amp.GradScaler:
@@ -422,6 +423,7 @@ class Trainer:
             "eval_negatives": int(data.eval_negatives.shape[1]),
             "sampling_backend": getattr(self.positives, "backend", None),
             **({"pretrain": self.opts.pretrain} if self.opts.pretrain else {}),
+            **({"init_from": self.opts.init_from} if self.opts.init_from else {}),
         }
 
     def write_outputs(

@@ -35,6 +35,7 @@ from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, writ
 from ncf.core.digest import sha256_file
 from ncf.core.names import CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
 from ncf.workflows import metadata as md
+from ncf.workflows import vocab_from as prior_vocab
 from ncf.workflows.blocks import Block, estimate_rows, plan_blocks
 from ncf.workflows.columns import ColumnMap, parse_columns
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
@@ -133,6 +134,12 @@ class EtlConfig(Config):
         help="ratings per partition when --partitions is 0; bounds the memory of each process "
         "(docs/ARCHITECTURE.md, 'Partitioned ETL')",
     )
+    vocab_from: Path | None = setting(
+        None,
+        metavar="PREVIOUS_ETL",
+        help="keep the model ids of this earlier `ncf etl` output and number new users and items "
+        "after them (a retrain that warm-starts with `ncf train --init-from`)",
+    )
     columns: str | None = setting(
         None,
         metavar="user=NAME,item=NAME,time=NAME",
@@ -153,6 +160,8 @@ class EtlConfig(Config):
                 f"{self.holdout!r} and {self.ties!r}"
             )
         parse_columns(self.columns)
+        if self.vocab_from is not None:
+            prior_vocab.check_previous(self.vocab_from, self.engine)
         if self.partitions < 0:
             raise ValueError(f"--partitions must be >= 0 (0: automatic), got {self.partitions}")
         for name in ("eval_negatives", "min_ratings", "workers", "partition_rows"):
@@ -185,6 +194,9 @@ class EtlConfig(Config):
         values = dataclasses.asdict(self)
         values["negatives"] = values.pop("eval_negatives")
         values["negative_draw"] = md.NEGATIVE_DRAW
+        # The ids continue the previous output as it was: its metadata.json's hash.
+        if self.vocab_from is not None:
+            values["vocab_from"] = prior_vocab.previous_sha256(self.vocab_from)
         return values
 
 
@@ -372,7 +384,31 @@ def _backend(opts: EtlConfig) -> str:
 
 def _fit(opts, tmp, timed, kept, summary, client=None) -> tuple[Any, Encoding, int]:
     """The vocabularies of the kept ratings (``kept``: arrays, or the partitions' files):
-    Categorify through the NVTabular Workflow, or the pandas engine's sorted-unique ids."""
+    Categorify through the NVTabular Workflow, or the pandas engine's sorted-unique ids; with
+    ``--vocab-from``, renumbered after the previous output's (``ncf.workflows.vocab_from``)."""
+    workflow, encoding, workers = _fit_new(opts, tmp, timed, kept, summary, client)
+    if opts.vocab_from is None:
+        return workflow, encoding, workers
+    with timed("vocab_from"):
+        previous = prior_vocab.read_encoding(opts.vocab_from)
+        encoding = prior_vocab.extended_encoding(previous, encoding)
+        if workflow is None:
+            return None, encoding, workers
+        from ncf.workflows import workflow as wfmod
+
+        workflow = wfmod.vocab_workflow(encoding, tmp / ".fit" / "vocab-from")
+        applied = wfmod.workflow_encoding(workflow, encoding.user.raw, encoding.item.raw)
+        for kind in prior_vocab.KINDS:
+            got, want = getattr(applied, kind), getattr(encoding, kind)
+            if got.lo != want.lo or got.cardinality != want.cardinality:
+                raise RuntimeError(
+                    f"--vocab-from: the Workflow numbers {kind}s unlike the vocabulary"
+                )
+    return workflow, encoding, workers
+
+
+def _fit_new(opts, tmp, timed, kept, summary, client=None) -> tuple[Any, Encoding, int]:
+    """The vocabularies this run's engine fits on the kept ratings alone."""
     with timed("fit"):
         if opts.engine != "nvtabular":
             return None, sorted_unique_encoding(summary.users, summary.items), 1
@@ -471,6 +507,7 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
             "fit": md.FIT_RULE,
         },
         "fingerprint": md.fingerprint(options, source["sha256"]),
+        "vocab_from": None if opts.vocab_from is None else prior_vocab.provenance(opts.vocab_from),
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
 

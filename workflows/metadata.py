@@ -14,7 +14,8 @@ from ncf.core.names import METADATA_FILE
 FORMAT = "ncf-etl/1"
 # Options that change the output; --workers and --partitions do not (tests check they agree).
 OUTPUT_OPTIONS = (
-    "negatives", "min_ratings", "seed", "engine", "holdout", "ties", "columns", "negative_draw"
+    "negatives", "min_ratings", "seed", "engine", "holdout", "ties", "columns", "negative_draw",
+    "vocab_from",
 )  # fmt: skip
 # How the evaluation negatives are drawn: each user from its own stream (ncf.workflows.negatives).
 NEGATIVE_DRAW = "per-user"
@@ -24,6 +25,7 @@ LEGACY_OPTIONS = {
     "ties": "item-id",
     "columns": None,
     "negative_draw": "one stream",
+    "vocab_from": None,
 }
 HOLDOUTS = ("valid,test", "test")
 TIES = ("item-id", "file-order")

@@ -174,6 +174,30 @@ def build_workflow(category_dir: Path, client: Any = None) -> Any:
     return nvt.Workflow(user + item)
 
 
+def vocab_workflow(encoding: Encoding, workdir: Path) -> Any:
+    """The ETL Workflow with fixed vocabularies (``--vocab-from``): Categorify maps the raw ids
+    of ``encoding`` to ids ``3 + position`` in its order, anything else to the OOV id, as a fitted
+    one does; nothing is fitted (its fit is a no-op, run on a frame of one row)."""
+    nvt = import_nvtabular()
+    import pandas as pd
+    from nvtabular.ops import Categorify, Rename
+
+    workdir = workdir.resolve()
+    ops = []
+    for raw, name, vocab in ((RAW_USER, USER, encoding.user), (RAW_ITEM, ITEM, encoding.item)):
+        values = pd.Series(to_numpy(vocab.raw), name=raw)
+        op = Categorify(out_path=str(workdir), vocabs={raw: values})
+        ops.append([raw] >> op >> Rename(name=name))
+    workflow = nvt.Workflow(ops[0] + ops[1])
+    first = {RAW_USER: encoding.user.raw[:1], RAW_ITEM: encoding.item.raw[:1]}
+    gpu = array_module(*first.values()).__name__ == "cupy"
+    with quiet_merlin():
+        from merlin.io import Dataset
+
+        workflow.fit(Dataset(_frame(first), cpu=not gpu))
+    return workflow
+
+
 def _frame(columns: dict[str, Any]) -> Any:
     """A cuDF frame for cupy columns, else pandas."""
     if array_module(*columns.values()).__name__ == "cupy":
