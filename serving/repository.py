@@ -327,9 +327,26 @@ def _wait_unloaded(client, models: set[str], version: int, deadline: float) -> N
         time.sleep(0.05)
 
 
+def _steps(config: dict) -> set[str]:
+    """The models an ensemble config calls."""
+    return {step["model_name"] for step in config.get("ensemble_scheduling", {}).get("step", [])}
+
+
+def _pinned(config: dict, versions: dict[str, int]) -> dict:
+    """An ensemble config whose steps call ``versions[model]`` instead of the latest version."""
+    scheduling = config["ensemble_scheduling"]
+    steps = [{**s, "model_version": versions[s["model_name"]]} for s in scheduling["step"]]
+    return {**config, "ensemble_scheduling": {**scheduling, "step": steps}}
+
+
 def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str, list[int]]:
     """Switch the server at ``url`` (HTTP, explicit model control) to ``version`` of every model
     it has loaded, without a failed or mixed request; returns model -> versions loaded before.
+
+    Every model that another calls (an ensemble's steps, a python model's pinned scorer) is
+    served in both versions while its callers switch: each ensemble is first pinned to the
+    versions it calls now and then, in one load, to ``version`` of every step, so that no
+    request pairs one export's vocabulary with another's network.
 
     Raises
     ------
@@ -343,23 +360,36 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
     client = http.InferenceServerClient(url, network_timeout=timeout, connection_timeout=timeout)
     try:
         before = _ready_versions(client)
-        callees = _pinned_callees(client, before)
-        ensembles = {m for m in before if client.get_model_config(m).get("platform") == "ensemble"}
-        # A load without a config keeps an earlier override, so the callees go back to the
-        # config they had (the repository's version policy) by passing it explicitly.
-        committed = {callee: client.get_model_config(callee) for callee in callees}
+        configs = {m: client.get_model_config(m) for m in before}
+        ensembles = {m for m, c in configs.items() if c.get("platform") == "ensemble"}
+        steps = set().union(*(_steps(configs[e]) for e in ensembles)) & set(before)
+        callees = _pinned_callees(client, before) | steps
+        now = {m: max(before[m]) for m in steps}
         try:
+            # Loading an ensemble loads its steps under their configs: pin them to the version
+            # they serve (else the new folder, already on disk, would load with the ensemble).
+            for step in sorted(steps):
+                config = {
+                    **configs[step],
+                    "version_policy": {"specific": {"versions": [now[step]]}},
+                }
+                client.load_model(step, config=json.dumps(config))
+            for model in sorted(ensembles):  # the versions they call now, not "latest"
+                client.load_model(model, config=json.dumps(_pinned(configs[model], now)))
             for callee in sorted(callees):  # old and new side by side while callers switch
                 both = sorted(before[callee] | {version})
-                config = {**committed[callee], "version_policy": {"specific": {"versions": both}}}
+                config = {**configs[callee], "version_policy": {"specific": {"versions": both}}}
                 client.load_model(callee, config=json.dumps(config))
             for model in sorted(set(before) - callees - ensembles):
                 client.load_model(model)
-            for model in sorted(ensembles):
-                client.load_model(model)
+            new = {m: version for m in steps}
+            for model in sorted(ensembles):  # every step at once
+                client.load_model(model, config=json.dumps(_pinned(configs[model], new)))
             _wait_unloaded(client, set(before) - callees, version, deadline)
-            for callee in sorted(callees):  # back to the committed policy: the old one goes
-                client.load_model(callee, config=json.dumps(committed[callee]))
+            # A load without a config keeps an earlier override, so the callees go back to the
+            # config they had (the repository's version policy) by passing it explicitly.
+            for callee in sorted(callees):  # the old version goes
+                client.load_model(callee, config=json.dumps(configs[callee]))
             _wait_unloaded(client, callees, version, deadline)
         except InferenceServerException as exc:
             raise RuntimeError(f"switching {url} to version {version} failed: {exc}") from exc

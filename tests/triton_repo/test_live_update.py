@@ -1,6 +1,8 @@
-"""`ncf export --server-url` into the repository a running tritonserver serves: a new version
-folder, loaded through Triton's model control while clients keep asking; no request fails and
-every answer is one export's, never a mix."""
+"""`ncf export --server-url` into the repository a running tritonserver serves, two days on
+loopback: day 2's export (``ncf etl --vocab-from`` day 1, so new users and items get ids after
+day 1's) is loaded through Triton's model control while clients keep asking the ``ncf`` ensemble
+and ``recommend``: no request fails, every answer is wholly one export's, never a mix, and only
+the new version stays."""
 
 from __future__ import annotations
 
@@ -15,34 +17,33 @@ from ncf.core import names
 from ncf.serving import repository
 from ncf.serving.export import export_repository
 from ncf.serving.server import TritonServer
+from ncf.workflows.etl import EtlConfig, run_etl
 from tests.triton_repo import etl_fixture
 
 pytestmark = pytest.mark.triton
 
-OUTPUTS = [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES, names.OUTPUT_EXPORT_ID]
 
-
-def _ask(conn, users: np.ndarray) -> dict[str, np.ndarray]:
+def _infer(conn, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict:
     import tritonclient.http as http
 
     tensors = []
-    for name, array in ((names.INPUT_RAW_USER, users), (names.INPUT_K, np.full_like(users, 5))):
+    for name, array in inputs.items():
         tensors.append(http.InferInput(name, list(array.shape), "INT64"))
         tensors[-1].set_data_from_numpy(array)
-    result = conn.infer(names.MODEL_RECOMMEND, tensors)
-    return {o: result.as_numpy(o) for o in OUTPUTS}
+    result = conn.infer(model, tensors)
+    return {o: result.as_numpy(o) for o in outputs}
 
 
 class Load:
-    """``threads`` clients asking for recommendations in a loop (bounded: one request in flight
-    per client) until stopped; every answer and failure is kept."""
+    """Clients each asking ``requests`` in turn in a loop (one in flight per client) until
+    stopped; every answer (request index, outputs) and every failure is kept."""
 
-    def __init__(self, url: str, batches: list[np.ndarray], threads: int = 2):
-        self.url, self.batches = url, batches
+    def __init__(self, url: str, requests: list[tuple], clients: int = 2):
+        self.url, self.requests = url, requests
         self.answers: list[tuple[int, dict]] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(t,)) for t in range(threads)]
+        self._threads = [threading.Thread(target=self._run, args=(c,)) for c in range(clients)]
 
     def _run(self, offset: int) -> None:
         import tritonclient.http as http
@@ -50,9 +51,9 @@ class Load:
         conn = http.InferenceServerClient(self.url)
         i = offset
         while not self._stop.is_set():
-            batch = i % len(self.batches)
+            r = i % len(self.requests)
             try:
-                self.answers.append((batch, _ask(conn, self.batches[batch])))
+                self.answers.append((r, _infer(conn, *self.requests[r])))
             except Exception as exc:  # noqa: BLE001 (every failure is the finding)
                 self.failures.append(repr(exc))
             i += 1
@@ -69,51 +70,82 @@ class Load:
             t.join(timeout=60)
 
 
+@pytest.fixture(scope="module")
+def days(tmp_path_factory) -> dict:
+    """ETL outputs of day 1 (ratings before the 80th-percentile time) and day 2 (all, numbered
+    after day 1), a random checkpoint of each, and raw ids only day 2 knows."""
+    root = tmp_path_factory.mktemp("days")
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    day1 = ratings[ratings.timestamp < ratings.timestamp.quantile(0.8)]
+    day1.to_csv(root / "day1.csv", index=False)
+    run_etl(EtlConfig(input=root / "day1.csv", out=root / "etl1"))
+    run_etl(EtlConfig(input=etl_fixture.RATINGS, out=root / "etl2", vocab_from=root / "etl1"))
+    new_users = np.setdiff1d(ratings.userId.unique(), day1.userId.unique())
+    new_items = np.setdiff1d(ratings.movieId.unique(), day1.movieId.unique())
+    return {
+        "etl1": root / "etl1",
+        "etl2": root / "etl2",
+        "ckpt1": etl_fixture.make_checkpoint(root / "d1.pt", root / "etl1", seed=10),
+        "ckpt2": etl_fixture.make_checkpoint(root / "d2.pt", root / "etl2", seed=11),
+        "old_user": int(day1.userId.iloc[0]),
+        "old_item": int(day1.movieId.iloc[0]),
+        "new_user": int(new_users[0]),
+        "new_item": int(new_items[0]),
+    }
+
+
+def _requests(days: dict) -> list[tuple]:
+    """The ``ncf`` ensemble on every pairing of an old and a new user and item, and
+    ``recommend`` for an old and a new user."""
+    users = np.array([[days["old_user"]], [days["new_user"]]] * 2, dtype=np.int64)
+    items = np.array([[days["old_item"]]] * 2 + [[days["new_item"]]] * 2, dtype=np.int64)
+    scores = (names.MODEL_ENSEMBLE, {names.INPUT_RAW_USER: users, names.INPUT_RAW_ITEM: items},
+              [names.OUTPUT_SCORE, names.OUTPUT_KNOWN])  # fmt: skip
+    rec_users = np.array([[days["old_user"]], [days["new_user"]]], dtype=np.int64)
+    rec = (names.MODEL_RECOMMEND, {names.INPUT_RAW_USER: rec_users, names.INPUT_K: np.full_like(rec_users, 5)},
+           [names.OUTPUT_RAW_ITEMS, names.OUTPUT_SCORES, names.OUTPUT_EXPORT_ID])  # fmt: skip
+    return [scores, rec]
+
+
 def _same(a: dict, b: dict) -> bool:
-    return all(np.array_equal(a[o], b[o], equal_nan=True) for o in OUTPUTS)
+    return all(np.array_equal(a[o], b[o], equal_nan=True) for o in a)
 
 
-def test_live_update_switches_with_no_failed_or_mixed_answer(etl_dir: Path, tmp_path: Path):
-    old_ckpt = etl_fixture.make_checkpoint(tmp_path / "old.pt", etl_dir, seed=10)
-    new_ckpt = etl_fixture.make_checkpoint(tmp_path / "new.pt", etl_dir, seed=11)
+def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Path):
+    import tritonclient.http as http
+
     repo = tmp_path / "repo"
-    old_id = export_repository(old_ckpt, etl_dir, repo)["export_id"]
-    raw = pd.read_csv(etl_fixture.RATINGS)[names.RAW_USER].unique()
-    unknown = int(raw.max()) + 1  # cold start rows: the same items in both exports
-    batches = [np.array([[raw[i]], [raw[i + 1]], [unknown]], dtype=np.int64) for i in (0, 2, 4)]
+    old_id = export_repository(days["ckpt1"], days["etl1"], repo)["export_id"]
+    requests = _requests(days)
     with TritonServer(repo) as server:
-        import tritonclient.http as http
-
         conn = http.InferenceServerClient(server.http_url)
-        before = [_ask(conn, b) for b in batches]
-        with Load(server.http_url, batches) as load:
+        before = [_infer(conn, *r) for r in requests]
+        with Load(server.http_url, requests) as load:
             while len(load.answers) < 20:  # the load is under way before the export starts
                 threading.Event().wait(0.05)
             manifest = export_repository(
-                new_ckpt, etl_dir, repo, server_url=server.http_url, keep_versions=1
+                days["ckpt2"], days["etl2"], repo, server_url=server.http_url, keep_versions=1
             )
             settled = len(load.answers)
             while len(load.answers) < settled + 20:  # and still after the switch
                 threading.Event().wait(0.05)
-        after = [_ask(conn, b) for b in batches]
+        after = [_infer(conn, *r) for r in requests]
         index = conn.get_model_repository_index()
         conn.close()
     assert load.failures == []
     new_id = manifest["export_id"]
     assert manifest["version"] == 2 and new_id != old_id
-    for b in range(len(batches)):
-        assert np.all(before[b][names.OUTPUT_EXPORT_ID] == old_id)
-        assert np.all(after[b][names.OUTPUT_EXPORT_ID] == new_id)
-        assert not np.array_equal(
-            before[b][names.OUTPUT_RAW_ITEMS], after[b][names.OUTPUT_RAW_ITEMS]
-        )
-    seen_ids = set()
-    for b, answer in load.answers:  # each answer is wholly the old export's or the new one's
-        ids = set(answer[names.OUTPUT_EXPORT_ID].ravel().tolist())
-        assert ids in ({old_id}, {new_id})
-        assert _same(answer, before[b] if ids == {old_id} else after[b])
-        seen_ids |= ids
-    assert seen_ids == {old_id, new_id}, "the load did not span the switch"
+    assert np.all(before[1][names.OUTPUT_EXPORT_ID] == old_id)
+    assert np.all(after[1][names.OUTPUT_EXPORT_ID] == new_id)
+    # Day 1 knows neither new id; day 2 knows both, under ids after day 1's.
+    assert before[0][names.OUTPUT_KNOWN].ravel().tolist() == [True, False, False, False]
+    assert after[0][names.OUTPUT_KNOWN].all()
+    for r in range(len(requests)):
+        assert not _same(before[r], after[r])
+    mixed = [(r, a) for r, a in load.answers if not (_same(a, before[r]) or _same(a, after[r]))]
+    assert not mixed, f"{len(mixed)} answers pair the two exports' artifacts: {mixed[:2]}"
+    seen = {r: {_same(a, after[r]) for rr, a in load.answers if rr == r} for r in range(2)}
+    assert seen == {0: {False, True}, 1: {False, True}}, "the load did not span the switch"
     ready = {(e["name"], e.get("version")) for e in index if e.get("state") == "READY"}
     assert {m for m, _ in ready} == set(server.models) and {v for _, v in ready} == {"2"}
     for model in repository.MODEL_ARTIFACTS:  # the old version pruned once the new one served
