@@ -59,6 +59,10 @@ STAGES: dict[str, tuple[str, str]] = {
         "ncf.cli.pipeline",
         "the whole pipeline end to end on one ratings file (what `make run` does)",
     ),
+    "retrain": (
+        "ncf.cli.retrain",
+        "a day's retrain from the previous run: same ids, warm start, export, live switch",
+    ),
 }
 
 EXAMPLES = """examples:
@@ -75,6 +79,7 @@ EXAMPLES = """examples:
   ncf recommend --user 1 --k 10
   ncf bench triton --repo triton_repo
   ncf run
+  ncf retrain --previous runs/RUN --input data/today/ratings.csv --server-url 127.0.0.1:8000
 """
 
 

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "data" / "ml-latest-small" / "ratings.csv"
 
 
+@pytest.mark.slow
 def test_cold_and_warm_runs_on_day_two(tmp_path: Path):
     ratings = pd.read_csv(SMALL)
     path = tmp_path / "ratings.csv"
