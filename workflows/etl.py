@@ -160,8 +160,6 @@ class EtlConfig(Config):
                 f"{self.holdout!r} and {self.ties!r}"
             )
         parse_columns(self.columns)
-        if self.vocab_from is not None:
-            prior_vocab.check_previous(self.vocab_from, self.engine)
         if self.partitions < 0:
             raise ValueError(f"--partitions must be >= 0 (0: automatic), got {self.partitions}")
         for name in ("eval_negatives", "min_ratings", "workers", "partition_rows"):
@@ -216,6 +214,8 @@ def run_etl(opts: EtlConfig, stage: StageFn | None = None) -> dict[str, Any]:
         passes one that samples peak RSS).
     """
     opts.check()
+    if opts.vocab_from is not None:  # before the input is read
+        prior_vocab.check_previous(opts.vocab_from, opts.engine)
     timings: dict[str, float] = {}
     timed = _timer(timings, stage)
     reused = _reuse(opts)
@@ -400,7 +400,8 @@ def _fit(opts, tmp, timed, kept, summary, client=None) -> tuple[Any, Encoding, i
         applied = wfmod.workflow_encoding(workflow, encoding.user.raw, encoding.item.raw)
         for kind in prior_vocab.KINDS:
             got, want = getattr(applied, kind), getattr(encoding, kind)
-            if got.lo != want.lo or got.cardinality != want.cardinality:
+            same = got.lo == want.lo and got.cardinality == want.cardinality
+            if not (same and bool((got.raw == want.raw).all())):
                 raise RuntimeError(
                     f"--vocab-from: the Workflow numbers {kind}s unlike the vocabulary"
                 )

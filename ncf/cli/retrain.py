@@ -56,17 +56,21 @@ class RetrainConfig(Config):
         for name in ("previous", "input"):
             if getattr(self, name) is None:
                 raise ValueError(f"--{name}: required (see `ncf retrain --help`)")
-        missing = [s for s in STAGES if not (self.previous / STAGE_CONFIGS / f"{s}.json").is_file()]
-        if missing:
-            raise ValueError(
-                f"--previous {self.previous}: no {STAGE_CONFIGS}/{missing[0]}.json; pass a run "
-                "folder of `ncf run` or `ncf retrain` that exported a model"
-            )
         if self.epochs < 1:
             raise ValueError(f"--epochs {self.epochs}: must be >= 1")
 
 
 CONFIG = RetrainConfig
+
+
+def check_previous(previous: Path) -> None:
+    """Raise ValueError unless ``previous`` holds the stage configs a retrain starts from."""
+    missing = [s for s in STAGES if not (previous / STAGE_CONFIGS / f"{s}.json").is_file()]
+    if missing:
+        raise ValueError(
+            f"--previous {previous}: no {STAGE_CONFIGS}/{missing[0]}.json; pass a run folder of "
+            "`ncf run` or `ncf retrain` that exported a model"
+        )
 
 
 def _previous(cfg: RetrainConfig, stage: str) -> dict:
@@ -94,6 +98,7 @@ def stage_configs(cfg: RetrainConfig, run_dir: Path) -> list[tuple[str, Config]]
 
 def run(cfg: RetrainConfig) -> int:
     """Run the three stages into a new run folder; print where it is and what it reached."""
+    check_previous(cfg.previous)
     runs = cfg.runs or cfg.previous.parent
     run_dir = runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=False)
