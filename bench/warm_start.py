@@ -46,6 +46,7 @@ class WarmStartBench(Config):
     results_dir: Path = setting(RESULTS_DIR, help="where the results go")
 
     def check(self) -> None:
+        """Raise ValueError naming the flag of an invalid value."""
         if not 0 < self.quantile < 1 or self.warm_epochs < 1 or not self.seeds:
             raise ValueError(
                 f"--quantile {self.quantile} / --warm-epochs {self.warm_epochs} / --seeds "
@@ -61,18 +62,18 @@ def _cli(*args: str) -> None:
 
 
 def days(cfg: WarmStartBench) -> tuple[Path, Path]:
-    """The ETL outputs of day 1 and of day 2 (numbered after day 1), made on first use."""
+    """The ETL outputs of day 1 and of day 2 (numbered after day 1), rebuilt each time from
+    ``--input`` and ``--quantile``."""
     root = cfg.work / "data"
     etl1, etl2 = root / "etl-day1", root / "etl-day2"
-    if not (etl2 / "valid").is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        ratings = pd.read_csv(cfg.input)
-        cut = ratings.timestamp.quantile(cfg.quantile)
-        ratings[ratings.timestamp < cut].to_csv(root / "day1.csv", index=False)
-        ratings.to_csv(root / "day2.csv", index=False)
-        _cli("etl", "--input", str(root / "day1.csv"), "--out", str(etl1), "--force")
-        _cli("etl", "--input", str(root / "day2.csv"), "--out", str(etl2), "--force",
-             "--vocab-from", str(etl1))  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    ratings = pd.read_csv(cfg.input)
+    cut = ratings.timestamp.quantile(cfg.quantile)
+    ratings[ratings.timestamp < cut].to_csv(root / "day1.csv", index=False)
+    ratings.to_csv(root / "day2.csv", index=False)
+    _cli("etl", "--input", str(root / "day1.csv"), "--out", str(etl1), "--force")
+    _cli("etl", "--input", str(root / "day2.csv"), "--out", str(etl2), "--force",
+         "--vocab-from", str(etl1))  # fmt: skip
     return etl1, etl2
 
 
@@ -95,6 +96,7 @@ def one_run(cfg: WarmStartBench, etl: Path, name: str, seed: int, extra: list[st
 
 
 def run(cfg: WarmStartBench) -> Results:
+    """Day 1's run, then each seed's cold and warm day-2 runs; the table and JSON."""
     etl1, etl2 = days(cfg)
     full = ["--epochs", str(cfg.epochs)] if cfg.epochs else []
     yesterday = one_run(cfg, etl1, "day 1", DEFAULT_SEED, full)

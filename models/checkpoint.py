@@ -181,10 +181,7 @@ def load_model(
     kind = model_kind(state)
     if kind not in kinds:
         raise ValueError(f"{path}: holds a {kind!r} model; this command takes {list(kinds)}")
-    weights = dict(state["model"])
-    for prefix in ("module.", "_orig_mod."):  # DDP- or torch.compile-wrapped state dicts
-        if weights and all(k.startswith(prefix) for k in weights):
-            weights = {k[len(prefix) :]: v for k, v in weights.items()}
+    weights = unwrapped(state["model"])
     try:
         model = build_model(kind, dict(state["config"]))
         model.load_state_dict(weights)
@@ -195,6 +192,15 @@ def load_model(
             "use a checkpoint written by `ncf train`"
         ) from None
     return model.to(map_location).eval(), state
+
+
+def unwrapped(weights: dict[str, Any]) -> dict[str, Any]:
+    """A state dict without the prefixes of a DDP- or torch.compile-wrapped module."""
+    weights = dict(weights)
+    for prefix in ("module.", "_orig_mod."):
+        if weights and all(k.startswith(prefix) for k in weights):
+            weights = {k[len(prefix) :]: v for k, v in weights.items()}
+    return weights
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

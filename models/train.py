@@ -235,6 +235,9 @@ def run(cfg: TrainRunConfig) -> int:
     with process_group(cfg.device) as env:  # torn down whatever happens
         threads = cfg.threads or default_threads(env.local_world_size)
         configure(env.device, threads, cfg.deterministic, cfg.tf32)
+        initial = None  # the checkpoint of --init-from, checked before the output is touched
+        if cfg.init_from is not None:
+            initial = warm_start.check_start(cfg.init_from, cfg.data, cfg.hp.model)
         resuming = prepare_out(cfg.out, cfg.resume, cfg.force, env)
         if env.is_main:  # the values used: automatic threads resolved
             write_config(cfg.out / CONFIG_FILE, cfg.replace(threads=threads), "train")
@@ -242,10 +245,11 @@ def run(cfg: TrainRunConfig) -> int:
         if cfg.hp.pretrain != "none":
             opts.pretrain, start = pretrain(cfg.replace(threads=threads), data, env, resuming)
         trainer = Trainer(data, cfg.hp, env, opts)
-        if cfg.init_from is not None and not resuming:
-            start, opts.init_from = warm_start.start_from(
-                cfg.init_from, data, trainer.model, cfg.hp.model
+        if initial is not None:  # a resumed run records it too, and continues from last.pt
+            weights, opts.init_from = warm_start.start_from(
+                cfg.init_from, initial, data, trainer.model
             )
+            start, initial = None if resuming else weights, None
         if resuming:
             trainer.resume_from(cfg.out / checkpoint.LAST)
         elif start is not None:

@@ -9,10 +9,11 @@ artifacts hard-linked from one staging copy, ``manifest.json`` last) and renamed
 of one export share the version number and the manifest's ``export_id``.
 
 A running server (explicit model control, ``version_policy`` latest 1) then switches with
-``activate_version``: a model another one calls by pinned version (``recommend`` calls its scorer
-with its own version number) first gets both versions loaded, the callers switch, and only once
-their old versions are unloaded does the callee drop its old one; every request is answered by
-one export's artifacts. ``prune_versions`` then removes all but the newest ``keep`` versions.
+``activate_version``: a model another one calls (``recommend`` calls its scorer with its own
+version number; the ensemble ``ncf`` calls ``workflow`` then ``neumf``) first gets both versions
+loaded, the callers switch (the ensemble pinned to its steps' versions, then moved to every new
+one in one load), and only once their old versions are unloaded does the callee drop its old one;
+every request is answered by one export's artifacts. ``prune_versions`` then removes all but the newest ``keep`` versions.
 """
 
 from __future__ import annotations
@@ -333,10 +334,27 @@ def _steps(config: dict) -> set[str]:
 
 
 def _pinned(config: dict, versions: dict[str, int]) -> dict:
-    """An ensemble config whose steps call ``versions[model]`` instead of the latest version."""
+    """An ensemble config whose steps call ``versions[model]`` (-1: the latest loaded)."""
     scheduling = config["ensemble_scheduling"]
-    steps = [{**s, "model_version": versions[s["model_name"]]} for s in scheduling["step"]]
+    steps = [{**s, "model_version": versions.get(s["model_name"], -1)} for s in scheduling["step"]]
     return {**config, "ensemble_scheduling": {**scheduling, "step": steps}}
+
+
+def _with_versions(config: dict, versions: list[int] | None) -> dict:
+    """``config`` serving exactly ``versions``, or (None) the repository's policy: latest 1."""
+    policy = {"specific": {"versions": versions}} if versions else {"latest": {"num_versions": 1}}
+    return {**config, "version_policy": policy}
+
+
+def _committed(config: dict) -> dict:
+    """What the repository's config.pbtxt says (every model: latest 1; ensembles call the latest
+    versions), whatever override an earlier switch left on the server."""
+    config = _with_versions(config, None)
+    return _pinned(config, {}) if "ensemble_scheduling" in config else config
+
+
+def _load(client, model: str, config: dict) -> None:
+    client.load_model(model, config=json.dumps(config))
 
 
 def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str, list[int]]:
@@ -344,9 +362,10 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
     it has loaded, without a failed or mixed request; returns model -> versions loaded before.
 
     Every model that another calls (an ensemble's steps, a python model's pinned scorer) is
-    served in both versions while its callers switch: each ensemble is first pinned to the
-    versions it calls now and then, in one load, to ``version`` of every step, so that no
-    request pairs one export's vocabulary with another's network.
+    served in both versions while its callers switch. Each ensemble is first pinned to the
+    versions it calls now, then moved to ``version`` of every step in one load, so no request
+    pairs one export's vocabulary with another's network. Last, every model goes back to the
+    repository's own config (latest 1), so no override outlives the switch.
 
     Raises
     ------
@@ -360,39 +379,38 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
     client = http.InferenceServerClient(url, network_timeout=timeout, connection_timeout=timeout)
     try:
         before = _ready_versions(client)
-        configs = {m: client.get_model_config(m) for m in before}
+        configs = {m: _committed(client.get_model_config(m)) for m in before}
         ensembles = {m for m, c in configs.items() if c.get("platform") == "ensemble"}
         steps = set().union(*(_steps(configs[e]) for e in ensembles)) & set(before)
         callees = _pinned_callees(client, before) | steps
-        now = {m: max(before[m]) for m in steps}
         try:
-            # Loading an ensemble loads its steps under their configs: pin them to the version
-            # they serve (else the new folder, already on disk, would load with the ensemble).
-            for step in sorted(steps):
-                config = {
-                    **configs[step],
-                    "version_policy": {"specific": {"versions": [now[step]]}},
-                }
-                client.load_model(step, config=json.dumps(config))
-            for model in sorted(ensembles):  # the versions they call now, not "latest"
-                client.load_model(model, config=json.dumps(_pinned(configs[model], now)))
+            _pin_ensembles(client, configs, ensembles, {m: max(before[m]) for m in steps})
             for callee in sorted(callees):  # old and new side by side while callers switch
-                both = sorted(before[callee] | {version})
-                config = {**configs[callee], "version_policy": {"specific": {"versions": both}}}
-                client.load_model(callee, config=json.dumps(config))
+                _load(
+                    client,
+                    callee,
+                    _with_versions(configs[callee], sorted(before[callee] | {version})),
+                )
             for model in sorted(set(before) - callees - ensembles):
                 client.load_model(model)
-            new = {m: version for m in steps}
             for model in sorted(ensembles):  # every step at once
-                client.load_model(model, config=json.dumps(_pinned(configs[model], new)))
+                _load(client, model, _pinned(configs[model], {m: version for m in steps}))
             _wait_unloaded(client, set(before) - callees, version, deadline)
-            # A load without a config keeps an earlier override, so the callees go back to the
-            # config they had (the repository's version policy) by passing it explicitly.
-            for callee in sorted(callees):  # the old version goes
-                client.load_model(callee, config=json.dumps(configs[callee]))
+            for model in [*sorted(callees), *sorted(ensembles)]:  # the old versions go
+                _load(client, model, configs[model])
             _wait_unloaded(client, callees, version, deadline)
         except InferenceServerException as exc:
             raise RuntimeError(f"switching {url} to version {version} failed: {exc}") from exc
         return {m: sorted(v) for m, v in before.items()}
     finally:
         client.close()
+
+
+def _pin_ensembles(client, configs: dict, ensembles: set[str], now: dict[str, int]) -> None:
+    """Pin each ensemble to the versions its steps serve ``now``. Loading an ensemble loads its
+    steps under their configs, and the new version folders are already on disk: the steps are
+    first held to their serving version, so the ensemble's load cannot move them."""
+    for step, served in sorted(now.items()):
+        _load(client, step, _with_versions(configs[step], [served]))
+    for model in sorted(ensembles):
+        _load(client, model, _pinned(configs[model], now))

@@ -215,6 +215,11 @@ def run_etl(opts: EtlConfig, stage: StageFn | None = None) -> dict[str, Any]:
     """
     opts.check()
     if opts.vocab_from is not None:  # before the input is read
+        if opts.vocab_from.resolve() == opts.out.resolve():
+            raise ValueError(
+                f"--vocab-from {opts.vocab_from} is --out: the output it continues would be "
+                "replaced; write the new output to another --out"
+            )
         prior_vocab.check_previous(opts.vocab_from, opts.engine)
     timings: dict[str, float] = {}
     timed = _timer(timings, stage)
@@ -390,7 +395,7 @@ def _fit(opts, tmp, timed, kept, summary, client=None) -> tuple[Any, Encoding, i
     if opts.vocab_from is None:
         return workflow, encoding, workers
     with timed("vocab_from"):
-        previous = prior_vocab.read_encoding(opts.vocab_from)
+        previous = prior_vocab.check_previous(opts.vocab_from, opts.engine)
         encoding = prior_vocab.extended_encoding(previous, encoding)
         if workflow is None:
             return None, encoding, workers

@@ -26,20 +26,20 @@ from ncf.workflows.encoding import Encoding, Vocabulary
 KINDS = ("user", "item")
 
 
-def check_previous(etl_dir: Path, engine: str) -> None:
-    """Raise ValueError unless ``etl_dir`` is an ``ncf etl`` output of ``engine`` with its
-    vocabularies (the two engines number ids differently)."""
+def check_previous(etl_dir: Path, engine: str) -> Encoding:
+    """The vocabularies of the previous output ``etl_dir``, read before this run reads its input.
+
+    Raises
+    ------
+    ValueError
+        ``etl_dir`` is not an ``ncf etl`` output of ``engine`` (the two engines number ids
+        differently), or its vocabularies are missing or unreadable.
+    """
     meta = md.read_metadata(etl_dir)
     if meta is None or not md.is_etl_output(etl_dir):
         raise ValueError(
             f"--vocab-from {etl_dir}: not an `ncf etl` output (no readable {METADATA_FILE}); "
             "pass the previous run's ETL folder"
-        )
-    missing = [k for k in KINDS if k not in meta.get("vocab", {})]
-    if missing:
-        raise ValueError(
-            f"--vocab-from {etl_dir}: its {METADATA_FILE} names no {' or '.join(missing)} "
-            "vocabulary (written by an older ncf etl); rebuild it with this version"
         )
     if meta.get("engine") != engine:
         raise ValueError(
@@ -47,6 +47,13 @@ def check_previous(etl_dir: Path, engine: str) -> None:
             f"uses --engine {engine}: the engines number ids differently; use --engine "
             f"{meta.get('engine')}"
         )
+    try:
+        return read_encoding(etl_dir, meta)
+    except (KeyError, OSError) as exc:
+        raise ValueError(
+            f"--vocab-from {etl_dir}: its vocabularies cannot be read ({exc!r}); rebuild it with "
+            "this version's `ncf etl`"
+        ) from None
 
 
 def previous_sha256(etl_dir: Path) -> str:
@@ -54,9 +61,9 @@ def previous_sha256(etl_dir: Path) -> str:
     return sha256_file(etl_dir / METADATA_FILE)
 
 
-def read_encoding(etl_dir: Path) -> Encoding:
-    """The user and item vocabularies of an ETL output (its vocab files, model-id order)."""
-    meta = textfile.read_json(etl_dir / METADATA_FILE)
+def read_encoding(etl_dir: Path, meta: dict[str, Any]) -> Encoding:
+    """The user and item vocabularies of an ETL output (its vocab files, model-id order), given
+    its ``metadata.json`` ``meta``."""
     vocabs = {}
     for kind in KINDS:
         path = etl_dir / meta["vocab"][kind]

@@ -29,7 +29,9 @@ from ncf.core import names, textfile
 from ncf.core.atomic import write_json
 from ncf.core.config import Config, read_config, setting, write_config
 from ncf.core.runner import Runner, StageFailed
+from ncf.models.checkpoint import BEST
 from ncf.models.train import TrainRunConfig
+from ncf.models.trainer import METRICS_FILE
 from ncf.serving.export import ExportConfig
 from ncf.workflows.etl import EtlConfig
 
@@ -64,13 +66,22 @@ CONFIG = RetrainConfig
 
 
 def check_previous(previous: Path) -> None:
-    """Raise ValueError unless ``previous`` holds the stage configs a retrain starts from."""
+    """Raise ValueError unless ``previous`` holds the stage configs a retrain starts from, and
+    the checkpoint and ETL output they name (relative paths: from this working directory)."""
     missing = [s for s in STAGES if not (previous / STAGE_CONFIGS / f"{s}.json").is_file()]
     if missing:
         raise ValueError(
             f"--previous {previous}: no {STAGE_CONFIGS}/{missing[0]}.json; pass a run folder of "
             "`ncf run` or `ncf retrain` that exported a model"
         )
+    etl = Path(read_config(previous / STAGE_CONFIGS / "etl.json", "etl")["out"])
+    best = Path(read_config(previous / STAGE_CONFIGS / "train.json", "train")["out"]) / BEST
+    for what, path in (("ETL output", etl / names.METADATA_FILE), ("checkpoint", best)):
+        if not path.is_file():
+            raise ValueError(
+                f"--previous {previous}: its {what} {path} is missing; keep it between days "
+                "(run the retrain from the directory the previous run ran in)"
+            )
 
 
 def _previous(cfg: RetrainConfig, stage: str) -> dict:
@@ -84,13 +95,13 @@ def stage_configs(cfg: RetrainConfig, run_dir: Path) -> list[tuple[str, Config]]
     etl_cfg = EtlConfig.from_dict(
         {**etl, "input": cfg.input, "out": etl_dir, "vocab_from": etl["out"], "force": False}
     )
-    best = Path(train["out"]) / "best.pt"
+    best = Path(train["out"]) / BEST
     train_cfg = TrainRunConfig.from_dict({
         **train, "data": etl_dir, "out": run_dir / "train", "init_from": best, "resume": False,
         "force": False, "hp": {**train["hp"], "epochs": cfg.epochs, "pretrain": "none"},
     })  # fmt: skip
     export_cfg = ExportConfig.from_dict({
-        **export, "checkpoint": run_dir / "train" / "best.pt", "data": etl_dir,
+        **export, "checkpoint": run_dir / "train" / BEST, "data": etl_dir,
         "repo": cfg.repo or export["repo"], "server_url": cfg.server_url,
     })  # fmt: skip
     return [("etl", etl_cfg), ("train", train_cfg), ("export", export_cfg)]
@@ -101,18 +112,19 @@ def run(cfg: RetrainConfig) -> int:
     check_previous(cfg.previous)
     runs = cfg.runs or cfg.previous.parent
     run_dir = runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    configs = stage_configs(cfg, run_dir)  # every config resolves before anything is written
     run_dir.mkdir(parents=True, exist_ok=False)
     write_config(run_dir / names.CONFIG_FILE, cfg, "retrain")
     runner = Runner(run_dir / STAGE_CONFIGS)
     try:
-        for stage, stage_cfg in stage_configs(cfg, run_dir):
+        for stage, stage_cfg in configs:
             runner.run(stage, stage, stage_cfg)
     except StageFailed as exc:  # the stage printed its own error; keep the record
         write_json(run_dir / "stages.json", runner.records)
         print(f"ncf retrain: {exc} (record: {run_dir / 'stages.json'})", file=sys.stderr)
         return 1
     write_json(run_dir / "stages.json", runner.records)
-    metrics = textfile.read_json(run_dir / "train" / "metrics.json")
+    metrics = textfile.read_json(run_dir / "train" / METRICS_FILE)
     summary = {k: metrics.get(k) for k in ("hr@10", "ndcg@10", "protocol", "init_from")}
     print(json.dumps({"run": str(run_dir), **summary}))  # one line, the last of stdout
     return 0

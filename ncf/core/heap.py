@@ -42,8 +42,9 @@ def keep_freed_memory(mmap_threshold: int, keep_top: bool = True) -> bool:
 
 
 def release_freed_memory() -> bool:
-    """Undo :func:`keep_freed_memory`: glibc's default thresholds again, and every free page of
-    the heap returned to the OS (``malloc_trim(0)``), for a caller that lives on after the work.
+    """End :func:`keep_freed_memory`'s reuse: both thresholds back to glibc's initial 128 KiB
+    (set explicitly, so glibc no longer raises them on its own) and every free page of the heap
+    returned to the OS (``malloc_trim(0)``), for a caller that lives on after the work.
 
     Returns
     -------

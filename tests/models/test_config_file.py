@@ -49,7 +49,9 @@ def test_the_written_config_reruns_the_same(tmp_path: Path):
     assert (cfg.hp.seed, cfg.hp.epochs, cfg.amp) == (3, PRESETS["small"]["epochs"], True)
     path = write_config(tmp_path / "c.json", cfg, "train")
     doc = json.loads(path.read_text())
-    assert None not in doc["config"].values() and None not in doc["config"]["hp"].values()
+    # Every setting is written out; the one unset is the optional starting checkpoint.
+    assert {k for k, v in doc["config"].items() if v is None} == {"init_from"}
+    assert None not in doc["config"]["hp"].values()
     assert resolve(TrainRunConfig, ["--config", str(path)], "train") == cfg
 
 

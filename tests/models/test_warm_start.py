@@ -13,7 +13,7 @@ from ncf.models import checkpoint, train
 from ncf.models.data import load_etl
 from ncf.models.kinds import build_model
 from ncf.models.trainer import METRICS_FILE
-from ncf.models.warm_start import grown, start_from
+from ncf.models.warm_start import check_start, grown, start_from
 from ncf.workflows.etl import EtlConfig, run_etl
 from tests.models.conftest import FAST, parse
 from tests.models.etl_data import planted_ratings
@@ -54,22 +54,31 @@ def days(tmp_path_factory) -> dict[str, Path]:
 def test_grown_copies_equal_tensors_and_fills_the_first_rows():
     old = {"emb": torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "w": torch.tensor([5.0])}
     fresh = {"emb": torch.zeros(4, 2) - 1, "w": torch.tensor([0.0])}
-    got = grown(Path("x.pt"), old, fresh)
+    got = grown(Path("x.pt"), old, fresh, {(2, 4)})
     torch.testing.assert_close(got["emb"], torch.tensor([[1.0, 2], [3, 4], [-1, -1], [-1, -1]]))
     torch.testing.assert_close(got["w"], torch.tensor([5.0]))
+    # A DDP-wrapped state dict is the same model.
+    wrapped = {f"module.{k}": v for k, v in old.items()}
+    torch.testing.assert_close(grown(Path("x.pt"), wrapped, fresh, {(2, 4)})["emb"], got["emb"])
 
 
 @pytest.mark.parametrize(
-    "old,match",
+    "old,rows,match",
     [
-        ({"emb": torch.zeros(2, 3), "w": torch.zeros(1)}, r"emb is \[2, 3\] there and \[4, 2\]"),
-        ({"emb": torch.zeros(5, 2), "w": torch.zeros(1)}, r"emb is \[5, 2\] there"),
-        ({"emb": torch.zeros(2, 2)}, "another architecture"),
+        (
+            {"emb": torch.zeros(2, 3), "w": torch.zeros(1)},
+            {(2, 4)},
+            r"emb is \[2, 3\] there and \[4, 2\]",
+        ),
+        ({"emb": torch.zeros(5, 2), "w": torch.zeros(1)}, {(2, 4)}, r"emb is \[5, 2\] there"),
+        # More rows, but not the data's growth: another layer width, not a grown table.
+        ({"emb": torch.zeros(3, 2), "w": torch.zeros(1)}, {(2, 4)}, r"emb is \[3, 2\] there"),
+        ({"emb": torch.zeros(2, 2)}, {(2, 4)}, "another architecture"),
     ],
 )
-def test_grown_refuses_another_architecture(old, match):
+def test_grown_refuses_another_architecture(old, rows, match):
     with pytest.raises(ValueError, match=match):
-        grown(Path("x.pt"), old, {"emb": torch.zeros(4, 2), "w": torch.zeros(1)})
+        grown(Path("x.pt"), old, {"emb": torch.zeros(4, 2), "w": torch.zeros(1)}, rows)
 
 
 def test_start_keeps_old_rows_and_fresh_new_rows(days):
@@ -78,7 +87,8 @@ def test_start_keeps_old_rows_and_fresh_new_rows(days):
     torch.manual_seed(cfg.seed)
     fresh = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
-    weights, about = start_from(days["run1"] / checkpoint.BEST, data, fresh, cfg.model)
+    path = days["run1"] / checkpoint.BEST
+    weights, about = start_from(path, check_start(path, days["etl2"], cfg.model), data, fresh)
     old = checkpoint.load(days["run1"] / checkpoint.BEST)["model"]
     n_old = old["mf_user_embed.weight"].shape[0]
     assert about["users"] == [n_old, data.num_users] and data.num_users > n_old
@@ -89,20 +99,27 @@ def test_start_keeps_old_rows_and_fresh_new_rows(days):
     torch.testing.assert_close(weights["final.weight"], old["final.weight"])
 
 
-def test_warm_run_records_where_it_started(days, tmp_path):
-    argv = ["--data", days["etl2"], "--out", tmp_path / "run2", *FAST, *EPOCHS]
+def test_warm_run_trains_from_the_checkpoint_and_records_it(days, tmp_path):
+    # At a learning rate of 1e-9 one epoch leaves the weights where they started: day 1's.
+    argv = ["--data", days["etl2"], "--out", tmp_path / "run2", *FAST, *EPOCHS, "--lr", "1e-9"]
     assert train.run(parse(train, [*argv, "--init-from", days["run1"] / checkpoint.BEST])) == 0
     metrics = json.loads((tmp_path / "run2" / METRICS_FILE).read_text())
     start = metrics["init_from"]
     assert start["checkpoint"] == str((days["run1"] / checkpoint.BEST).resolve())
     assert start["users"][1] > start["users"][0] and start["items"][1] > start["items"][0]
+    old = checkpoint.load(days["run1"] / checkpoint.BEST)["model"]
+    new = checkpoint.load(tmp_path / "run2" / checkpoint.BEST)["model"]
+    rows = len(old["mlp_user_embed.weight"])
+    torch.testing.assert_close(new["mlp_user_embed.weight"][:rows], old["mlp_user_embed.weight"])
+    torch.testing.assert_close(new["final.weight"], old["final.weight"], atol=1e-6, rtol=0)
 
 
-def test_data_numbered_on_its_own_is_refused(days, tmp_path):
+def test_data_numbered_on_its_own_is_refused_before_anything_is_written(days, tmp_path):
     argv = ["--data", days["alone"], "--out", tmp_path / "r", *FAST, *EPOCHS]
     argv += ["--init-from", days["run1"] / checkpoint.BEST]
     with pytest.raises(ValueError, match="does not continue its ids; make --data with"):
         train.run(parse(train, argv))
+    assert not (tmp_path / "r").exists()
 
 
 def test_init_from_and_pretraining_are_exclusive(days, tmp_path):

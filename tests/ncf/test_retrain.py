@@ -34,7 +34,8 @@ def day1_run(tmp_path_factory) -> dict[str, Path]:
     ratings.to_csv(root / "day2.csv", index=False)
     run = root / "runs" / "day1"
     stages = [
-        ("etl", EtlConfig(input=root / "day1.csv", out=root / "etl1")),
+        ("etl", EtlConfig(input=root / "day1.csv", out=root / "etl1", min_ratings=10,
+                          eval_negatives=50)),
         ("train", TrainRunConfig.from_preset(
             "small", data=root / "etl1", out=run / "train", device="cpu", threads=1,
             progress=False, hp=TINY)),
@@ -63,7 +64,8 @@ def test_day_two_keeps_ids_starts_warm_and_exports_the_next_version(day1_run):
     assert new.parent == run.parent and new != run  # beside the previous run
     meta = json.loads((new / "etl" / "metadata.json").read_text())
     assert meta["vocab_from"]["path"] == str((root / "etl1").resolve())
-    assert meta["min_ratings"] == 20  # the previous ETL's settings
+    # The previous ETL's settings (not the defaults, 20 and 100).
+    assert (meta["min_ratings"], meta["negatives_per_user"]) == (10, 50)
     metrics = json.loads((new / "train" / "metrics.json").read_text())
     assert metrics["epochs_run"] == 1 and metrics["config"]["factors"] == 8
     assert summary["init_from"]["checkpoint"] == str((run / "train" / "best.pt").resolve())
@@ -80,3 +82,4 @@ def test_a_folder_without_stage_configs_is_refused(tmp_path):
     assert proc.returncode == 2
     assert f"--previous {tmp_path}: no configs/etl.json" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder was made

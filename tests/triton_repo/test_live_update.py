@@ -7,6 +7,7 @@ the new version stays."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,14 @@ def _requests(days: dict) -> list[tuple]:
     return [scores, rec]
 
 
+def _wait_for(load: Load, answers: int, seconds: float = 120.0) -> None:
+    """Until the load has ``answers`` answers; fails (not hangs) when requests keep failing."""
+    deadline = time.monotonic() + seconds
+    while len(load.answers) < answers:
+        assert time.monotonic() < deadline, f"no answers: {load.failures[-3:]}"
+        threading.Event().wait(0.05)
+
+
 def _same(a: dict, b: dict) -> bool:
     return all(np.array_equal(a[o], b[o], equal_nan=True) for o in a)
 
@@ -121,14 +130,11 @@ def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Pat
         conn = http.InferenceServerClient(server.http_url)
         before = [_infer(conn, *r) for r in requests]
         with Load(server.http_url, requests) as load:
-            while len(load.answers) < 20:  # the load is under way before the export starts
-                threading.Event().wait(0.05)
+            _wait_for(load, 20)  # the load is under way before the export starts
             manifest = export_repository(
                 days["ckpt2"], days["etl2"], repo, server_url=server.http_url, keep_versions=1
             )
-            settled = len(load.answers)
-            while len(load.answers) < settled + 20:  # and still after the switch
-                threading.Event().wait(0.05)
+            _wait_for(load, len(load.answers) + 20)  # and still after the switch
         after = [_infer(conn, *r) for r in requests]
         index = conn.get_model_repository_index()
         conn.close()

@@ -12,7 +12,7 @@ import pytest
 
 from ncf.core.names import METADATA_FILE, RAW_ITEM, RAW_USER, TRAIN_DIR, WORKFLOW_DIR
 from ncf.workflows.encoding import Vocabulary
-from ncf.workflows.vocab_from import extend, read_encoding
+from ncf.workflows.vocab_from import check_previous, extend
 from tests.workflows.helpers import SMALL, etl, metadata, needs_nvtabular, read
 
 
@@ -48,7 +48,7 @@ def test_day1_ids_keep_their_numbers(days, tmp_path, engine, partitions):
     etl(days / "day1.csv", day1, engine=engine)
     day2 = tmp_path / "day2"
     meta = etl(days / "day2.csv", day2, engine=engine, vocab_from=day1, partitions=partitions)
-    before, after = read_encoding(day1), read_encoding(day2)
+    before, after = check_previous(day1, engine), check_previous(day2, engine)
     for kind in ("user", "item"):
         old, new = getattr(before, kind), getattr(after, kind)
         assert new.lo == old.lo
@@ -74,7 +74,7 @@ def test_saved_workflow_maps_raw_ids_as_the_vocabulary(days, tmp_path):
 
     etl(days / "day1.csv", tmp_path / "day1")
     etl(days / "day2.csv", tmp_path / "day2", vocab_from=tmp_path / "day1")
-    enc = read_encoding(tmp_path / "day2")
+    enc = check_previous(tmp_path / "day2", "nvtabular")
     nvt = import_nvtabular()
     frame = pd.DataFrame(
         {RAW_USER: np.r_[enc.user.raw[:5], -7], RAW_ITEM: np.r_[enc.item.raw[-5:], -7]}
@@ -100,14 +100,22 @@ def test_reuse_depends_on_the_previous_output(days, tmp_path):
     [
         (lambda d: d.mkdir(), "not an `ncf etl` output"),
         (lambda d: etl(SMALL, d, engine="pandas"), "--engine pandas and this run uses"),
+        (lambda d: (etl(SMALL, d), (d / "workflow").rename(d / "moved")), "cannot be read"),
     ],
 )
 @needs_nvtabular
-def test_bad_previous_fails_before_reading(days, tmp_path, make, message):
+def test_bad_previous_fails_before_reading(tmp_path, make, message):
     make(tmp_path / "prev")
+    # The input does not exist: the --vocab-from error comes first, before any read.
     with pytest.raises(ValueError, match=message):
-        etl(days / "day2.csv", tmp_path / "out", vocab_from=tmp_path / "prev")
+        etl(tmp_path / "missing.csv", tmp_path / "out", vocab_from=tmp_path / "prev")
     assert not (tmp_path / "out").exists()
     assert (tmp_path / "prev").is_dir()  # nothing of the previous output is touched
     if (tmp_path / "prev" / METADATA_FILE).exists():
-        assert metadata(tmp_path / "prev")["engine"] == "pandas"
+        assert metadata(tmp_path / "prev")["n_users"] == 610
+
+
+def test_vocab_from_its_own_out_is_refused(tmp_path):
+    etl(SMALL, tmp_path / "e", engine="pandas")
+    with pytest.raises(ValueError, match="is --out: the output it continues would be replaced"):
+        etl(SMALL, tmp_path / "e", engine="pandas", vocab_from=tmp_path / "e", force=True)
