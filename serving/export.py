@@ -338,10 +338,15 @@ def export_repository(
     ValueError
         Checkpoint and ETL disagree, or an artifact differs from eager PyTorch by more than
         ``tolerance`` (nothing is written then).
+    ServerError
+        No server answers at ``server_url`` (nothing is written then), or it refused the switch
+        (the new version stays on disk, nothing is pruned).
     """
     t0 = time.perf_counter()
     if keep_versions < 1:
         raise ValueError(f"--keep-versions {keep_versions}: must be >= 1 (the serving version)")
+    if server_url:  # before the work and before anything is written for it
+        repository.check_server(server_url)
     data = Path(data)
     model, ckpt = load_model(checkpoint, kinds=("neumf",))
     if model.cfg.towers != "both":  # the catalogue scorer reads both towers' weights

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ncf.core import atomic, names
 from ncf.core.digest import sha256_bytes, sha256_file
+from ncf.core.errors import ServerError
 
 # The committed python models live in this version folder of the project's triton_repo/.
 DEFINITION_VERSION = "1"
@@ -354,6 +355,16 @@ def _committed(config: dict) -> dict:
 
 
 def _load(client, model: str, config: dict) -> None:
+    """Load ``model`` under ``config``.
+
+    An ensemble step whose new version this load brings up is loaded twice by the caller
+    (``activate_version``): the python backend writes bytecode (``__pycache__``) into the
+    version folder it loads, Triton counts any file newer than the model's last load as a change,
+    and loading an ensemble reloads its changed steps from their config.pbtxt (latest 1), which
+    would drop the old version while the old ensemble still calls it. The second load takes the
+    change under this config, so the ensemble's own load finds its steps unchanged
+    (docs/FACTS.md).
+    """
     client.load_model(model, config=json.dumps(config))
 
 
@@ -369,28 +380,30 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
 
     Raises
     ------
-    RuntimeError
-        A model failed to load (the server keeps serving the old version then).
+    ServerError
+        The server refused a request (a model failed to load): the message says which versions
+        it serves then.
+    TimeoutError
+        Old versions were still loaded ``timeout`` seconds after the start.
     """
-    import tritonclient.http as http
     from tritonclient.utils import InferenceServerException
 
     deadline = time.monotonic() + timeout
-    client = http.InferenceServerClient(url, network_timeout=timeout, connection_timeout=timeout)
+    client = _client(url, timeout)
+    before: dict[str, set[int]] = {}
     try:
-        before = _ready_versions(client)
-        configs = {m: _committed(client.get_model_config(m)) for m in before}
-        ensembles = {m for m, c in configs.items() if c.get("platform") == "ensemble"}
-        steps = set().union(*(_steps(configs[e]) for e in ensembles)) & set(before)
-        callees = _pinned_callees(client, before) | steps
         try:
+            before = _ready_versions(client)
+            configs = {m: _committed(client.get_model_config(m)) for m in before}
+            ensembles = {m for m, c in configs.items() if c.get("platform") == "ensemble"}
+            steps = set().union(*(_steps(configs[e]) for e in ensembles)) & set(before)
+            callees = _pinned_callees(client, before) | steps
             _pin_ensembles(client, configs, ensembles, {m: max(before[m]) for m in steps})
             for callee in sorted(callees):  # old and new side by side while callers switch
-                _load(
-                    client,
-                    callee,
-                    _with_versions(configs[callee], sorted(before[callee] | {version})),
-                )
+                both = _with_versions(configs[callee], sorted(before[callee] | {version}))
+                _load(client, callee, both)
+                if callee in steps:  # twice: see _load
+                    _load(client, callee, both)
             for model in sorted(set(before) - callees - ensembles):
                 client.load_model(model)
             for model in sorted(ensembles):  # every step at once
@@ -400,10 +413,57 @@ def activate_version(url: str, version: int, timeout: float = 600.0) -> dict[str
                 _load(client, model, configs[model])
             _wait_unloaded(client, callees, version, deadline)
         except InferenceServerException as exc:
-            raise RuntimeError(f"switching {url} to version {version} failed: {exc}") from exc
+            raise ServerError(_switch_failed(client, url, version, before, exc)) from None
         return {m: sorted(v) for m, v in before.items()}
     finally:
         client.close()
+
+
+def check_server(url: str, timeout: float = 30.0) -> None:
+    """Refuse a server at ``url`` that does not answer, before anything is written for it.
+
+    Raises
+    ------
+    ServerError
+        Nothing answers at ``url``, or not as a tritonserver does.
+    """
+    from tritonclient.utils import InferenceServerException
+
+    client = _client(url, timeout)
+    try:
+        client.get_model_repository_index()
+    except (InferenceServerException, OSError) as exc:
+        raise ServerError(
+            f"no tritonserver answers at {url} ({_reason(exc)}); start it (ncf serve) or fix "
+            "--server-url; nothing was written"
+        ) from None
+    finally:
+        client.close()
+
+
+def _client(url: str, timeout: float):
+    import tritonclient.http as http
+
+    return http.InferenceServerClient(url, network_timeout=timeout, connection_timeout=timeout)
+
+
+def _reason(exc: BaseException) -> str:
+    """The server's message (an InferenceServerException's repr is empty) or the OS error."""
+    message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
+    return (str(message).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _switch_failed(client, url: str, version: int, before: dict, exc: BaseException) -> str:
+    """The one line for a switch the server refused: its reason and what it serves now."""
+    try:
+        now = {m: sorted(v) for m, v in sorted(_ready_versions(client).items())}
+    except Exception:  # noqa: BLE001 (the server may be gone; the first error is the finding)
+        now = "unknown (the server does not answer)"
+    return (
+        f"switching {url} to version {version} failed: {_reason(exc)}; it serves {now} (before: "
+        f"{ {m: sorted(v) for m, v in sorted(before.items())} }); version {version} stays on disk: "
+        "see the server's log, fix the cause and export again"
+    )
 
 
 def _pin_ensembles(client, configs: dict, ensembles: set[str], now: dict[str, int]) -> None:

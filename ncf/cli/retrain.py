@@ -32,6 +32,7 @@ from ncf.core.runner import Runner, StageFailed
 from ncf.models.checkpoint import BEST
 from ncf.models.train import TrainRunConfig
 from ncf.models.trainer import METRICS_FILE
+from ncf.serving import repository
 from ncf.serving.export import ExportConfig
 from ncf.workflows.etl import EtlConfig
 
@@ -110,6 +111,8 @@ def stage_configs(cfg: RetrainConfig, run_dir: Path) -> list[tuple[str, Config]]
 def run(cfg: RetrainConfig) -> int:
     """Run the three stages into a new run folder; print where it is and what it reached."""
     check_previous(cfg.previous)
+    if cfg.server_url:  # refused now, not after the ETL and the training
+        repository.check_server(cfg.server_url)
     runs = cfg.runs or cfg.previous.parent
     run_dir = runs / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     configs = stage_configs(cfg, run_dir)  # every config resolves before anything is written

@@ -48,6 +48,13 @@ BAD_INPUT: tuple[type[BaseException], ...] = (
     gzip.BadGzipFile,
     zlib.error,
 )
+
+
+class ServerError(ConnectionError):
+    """A running server (tritonserver) refused or failed what a command asked of it: exit 1, the
+    environment. The message names the server and says what it serves now."""
+
+
 # What a boundary turns into one line; any other exception keeps its traceback.
 HANDLED: tuple[type[BaseException], ...] = (*BAD_INPUT, OSError)
 

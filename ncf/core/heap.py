@@ -31,13 +31,12 @@ def keep_freed_memory(mmap_threshold: int, keep_top: bool = True) -> bool:
     bool
         False where glibc is not the allocator (nothing changed).
     """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
-        if ok and keep_top:
-            ok = libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
+    ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+    if ok and keep_top:
+        ok = libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
     return bool(ok)
 
 
@@ -51,11 +50,21 @@ def release_freed_memory() -> bool:
     bool
         False where glibc is not the allocator (nothing changed).
     """
+    libc = _glibc()
+    if libc is None:
+        return False
+    ok = libc.mallopt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)
+    ok = ok and libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD)
+    libc.malloc_trim(0)
+    return bool(ok)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc with ``mallopt`` and ``malloc_trim``, or None where it is not the C library (musl,
+    macOS): there the allocator is left as it is."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)
-        ok = ok and libc.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD)
-        libc.malloc_trim(0)
+        libc.mallopt, libc.malloc_trim  # noqa: B018 (AttributeError where they are missing)
     except (OSError, AttributeError):
-        return False
-    return bool(ok)
+        return None
+    return libc

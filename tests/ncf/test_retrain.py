@@ -83,3 +83,17 @@ def test_a_folder_without_stage_configs_is_refused(tmp_path):
     assert f"--previous {tmp_path}: no configs/etl.json" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no run folder was made
+
+
+def test_a_server_that_does_not_answer_is_refused_before_the_etl(day1_run, tmp_path):
+    from ncf.serving.triton_env import free_port
+
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
+    proc = subprocess.run(
+        [sys.executable, "-m", "ncf.cli", "retrain", "--previous", str(day1_run["run"]),
+         "--input", str(day1_run["root"] / "day2.csv"), "--runs", str(tmp_path),
+         "--server-url", url], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"no tritonserver answers at {url}" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder was made

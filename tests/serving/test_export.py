@@ -21,6 +21,7 @@ from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF, NeuMFConfig
 from ncf.serving import export, repository, tables
 from ncf.serving.repository import MODEL_ARTIFACTS
+from ncf.serving.triton_env import free_port
 from tests.triton_repo import etl_fixture
 
 
@@ -340,6 +341,18 @@ def test_cli_export_prints_the_checks(checkpoint, etl_dir, tmp_path, capsys):
     assert summary["repo"] == str(repo.resolve()) and max(summary["max_abs_diff"].values()) <= 1e-5
     assert main([*args[:3], "--data", str(tmp_path / "missing")]) == 2
     assert "no ETL metadata" in capsys.readouterr().err
+
+
+def test_cli_export_to_a_server_that_does_not_answer_writes_nothing(
+    checkpoint, etl_dir, tmp_path, capsys
+):
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
+    repo = tmp_path / "repo"
+    args = ["export", "--checkpoint", str(checkpoint), "--data", str(etl_dir), "--repo", str(repo)]
+    assert main([*args, "--server-url", url]) == 1
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and f"no tritonserver answers at {url}" in errors[0], errors
+    assert not repo.exists()
 
 
 def test_manifest_ids_are_checked(etl_dir, tmp_path):

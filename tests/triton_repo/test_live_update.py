@@ -56,7 +56,7 @@ class Load:
             try:
                 self.answers.append((r, _infer(conn, *self.requests[r])))
             except Exception as exc:  # noqa: BLE001 (every failure is the finding)
-                self.failures.append(repr(exc))
+                self.failures.append(f"{type(exc).__name__}: {exc}")
             i += 1
         conn.close()
 
@@ -120,9 +120,20 @@ def _same(a: dict, b: dict) -> bool:
     return all(np.array_equal(a[o], b[o], equal_nan=True) for o in a)
 
 
-def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Path):
+def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Path, monkeypatch):
     import tritonclient.http as http
 
+    # What the server serves right after the ensemble's switching load (the first wait): its
+    # steps still serve both versions, or the old ensemble lost the version it calls.
+    served: list[dict[str, set[int]]] = []
+    wait = repository._wait_unloaded
+
+    def snapshot_then_wait(client, *args):
+        if not served:
+            served.append(repository._ready_versions(client))
+        return wait(client, *args)
+
+    monkeypatch.setattr(repository, "_wait_unloaded", snapshot_then_wait)
     repo = tmp_path / "repo"
     old_id = export_repository(days["ckpt1"], days["etl1"], repo)["export_id"]
     requests = _requests(days)
@@ -138,7 +149,11 @@ def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Pat
         after = [_infer(conn, *r) for r in requests]
         index = conn.get_model_repository_index()
         conn.close()
-    assert load.failures == []
+    steps = {names.MODEL_WORKFLOW, names.MODEL_NEUMF}
+    assert {m: served[0][m] for m in steps} == {m: {1, 2} for m in steps}
+    assert not load.failures, (
+        f"{len(load.failures)} requests failed: {sorted(set(load.failures))[:5]}"
+    )
     new_id = manifest["export_id"]
     assert manifest["version"] == 2 and new_id != old_id
     assert np.all(before[1][names.OUTPUT_EXPORT_ID] == old_id)
@@ -156,3 +171,37 @@ def test_day_two_switch_answers_each_request_from_one_export(days, tmp_path: Pat
     assert {m for m, _ in ready} == set(server.models) and {v for _, v in ready} == {"2"}
     for model in repository.MODEL_ARTIFACTS:  # the old version pruned once the new one served
         assert repository.versions(repo / model) == [2]
+
+
+def test_a_refused_switch_is_one_line_and_the_old_export_keeps_answering(
+    days, tmp_path: Path, monkeypatch, capsys
+):
+    import tritonclient.http as http
+
+    from ncf.cli import main
+
+    repo = tmp_path / "repo"
+    export_repository(days["ckpt1"], days["etl1"], repo)
+    write = repository.write_repository
+
+    def write_then_break(folder, *args):  # day 2's workflow cannot load: its vocabulary is gone
+        write(folder, *args)
+        vocab = Path(folder) / names.MODEL_WORKFLOW / "2" / names.ARTIFACT_VOCAB
+        vocab.unlink()  # not truncated: the file is a hard link shared with recommend's
+        vocab.write_bytes(b"not an npz")
+
+    monkeypatch.setattr(repository, "write_repository", write_then_break)
+    requests = _requests(days)
+    args = ["export", "--checkpoint", str(days["ckpt2"]), "--data", str(days["etl2"])]
+    with TritonServer(repo) as server:
+        conn = http.InferenceServerClient(server.http_url)
+        before = [_infer(conn, *r) for r in requests]
+        rc = main([*args, "--repo", str(repo), "--server-url", server.http_url])
+        after = [_infer(conn, *r) for r in requests]
+        conn.close()
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert rc == 1 and len(errors) == 1, errors
+    assert f"switching {server.http_url} to version 2 failed" in errors[0], errors
+    assert all(_same(b, a) for b, a in zip(before, after, strict=True))
+    for model in repository.MODEL_ARTIFACTS:  # nothing pruned, the new version kept to look at
+        assert repository.versions(repo / model) == [1, 2]
