@@ -33,14 +33,14 @@ from ncf.core import heap
 from ncf.core.atomic import atomic_dir, check_replaceable, clean_stale, write_json
 from ncf.core.config import DEFAULT_SEED, Config, flag, flag_name, setting, write_config
 from ncf.core.digest import sha256_file
-from ncf.core.names import CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
+from ncf.core.names import COLD_USERS_DIR, CONFIG_FILE, METADATA_FILE, WORKFLOW_DIR
 from ncf.workflows import metadata as md
 from ncf.workflows import vocab_from as prior_vocab
 from ncf.workflows.blocks import Block, estimate_rows, plan_blocks
 from ncf.workflows.columns import ColumnMap, parse_columns
 from ncf.workflows.encoding import Encoding, sorted_unique_encoding
 from ncf.workflows.io import read_ratings
-from ncf.workflows.output import COUNT_KEYS, write_part
+from ncf.workflows.output import COUNT_KEYS, write_cold, write_part
 from ncf.workflows.parquet_input import parquet_files
 from ncf.workflows.partition import Summary, finish, negative_seeds, prepare
 from ncf.workflows.partitioned import default_partitions
@@ -140,6 +140,13 @@ class EtlConfig(Config):
         help="keep the model ids of this earlier `ncf etl` output and number new users and items "
         "after them (a retrain that warm-starts with `ncf train --init-from`)",
     )
+    cold_users: float = setting(
+        0.0,
+        metavar="FRACTION",
+        help="set apart this seeded share of the users (--seed): none of their ratings is "
+        "trained on or evaluated; they go to OUT/cold_users/ (raw ids, by time) for measuring "
+        "the cold start from history (ncf bench cold-start)",
+    )
     columns: str | None = setting(
         None,
         metavar="user=NAME,item=NAME,time=NAME",
@@ -160,6 +167,10 @@ class EtlConfig(Config):
                 f"{self.holdout!r} and {self.ties!r}"
             )
         parse_columns(self.columns)
+        if not 0.0 <= self.cold_users < 1.0:
+            raise ValueError(
+                f"--cold-users {self.cold_users}: a share of the users in [0, 1), e.g. 0.1"
+            )
         if self.partitions < 0:
             raise ValueError(f"--partitions must be >= 0 (0: automatic), got {self.partitions}")
         for name in ("eval_negatives", "min_ratings", "workers", "partition_rows"):
@@ -282,7 +293,8 @@ def _in_memory_run(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings:
 
             cols = {k: cupy.asarray(v) for k, v in cols.items()}
         with timed("prepare"):
-            part = prepare(cols, opts.min_ratings, opts.holdout, opts.ties == "file-order")
+            cold = (opts.cold_users, opts.seed)
+            part = prepare(cols, opts.min_ratings, opts.holdout, opts.ties == "file-order", cold)
         del cols
         summary = Summary.of(part)
         summary.check(opts.input, opts.min_ratings, opts.holdout, opts.eval_negatives)
@@ -293,6 +305,7 @@ def _in_memory_run(opts: EtlConfig, columns: ColumnMap, timed: StageFn, timings:
             rows = finish(part, encoding, opts.eval_negatives, _seeds(opts))
         with timed("write"):
             counts = write_part(tmp, 0, rows)
+            write_cold(tmp, 0, part.cold)
             write_schemas(tmp, list(rows), encoding)
             vocab = _save_vocab(tmp, workflow, encoding)
         meta.update(
@@ -327,6 +340,7 @@ def _partitioned(
             negatives=opts.eval_negatives,
             seeds=tuple(_seeds(opts)),
             gpu=backend == "cudf",
+            cold=(opts.cold_users, opts.seed),
         )
         with timed("read"):
             read = sum(pt.run_tasks(client, pt.scatter, blocks, job))
@@ -514,8 +528,17 @@ def _metadata(opts, kept, encoding, counts, vocab, source, ran_on) -> dict[str, 
         },
         "fingerprint": md.fingerprint(options, source["sha256"]),
         "vocab_from": None if opts.vocab_from is None else prior_vocab.provenance(opts.vocab_from),
+        "cold_users": _cold_users(opts, kept),
         "created": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
+
+
+def _cold_users(opts: EtlConfig, kept: Summary) -> dict[str, Any] | None:
+    """What ``--cold-users`` set apart (None without it)."""
+    if opts.cold_users <= 0:
+        return None
+    return {"fraction": opts.cold_users, "seed": opts.seed, "dir": COLD_USERS_DIR,
+            "rule": md.COLD_USERS_RULE, **kept.cold}  # fmt: skip
 
 
 def _reuse(opts: EtlConfig) -> dict[str, Any] | None:

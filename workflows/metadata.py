@@ -15,7 +15,7 @@ FORMAT = "ncf-etl/1"
 # Options that change the output; --workers and --partitions do not (tests check they agree).
 OUTPUT_OPTIONS = (
     "negatives", "min_ratings", "seed", "engine", "holdout", "ties", "columns", "negative_draw",
-    "vocab_from",
+    "vocab_from", "cold_users",
 )  # fmt: skip
 # How the evaluation negatives are drawn: each user from its own stream (ncf.workflows.negatives).
 NEGATIVE_DRAW = "per-user"
@@ -26,6 +26,7 @@ LEGACY_OPTIONS = {
     "columns": None,
     "negative_draw": "one stream",
     "vocab_from": None,
+    "cold_users": 0.0,
 }
 HOLDOUTS = ("valid,test", "test")
 TIES = ("item-id", "file-order")
@@ -52,6 +53,11 @@ TIE_RULES = {
 DEDUP_RULE = "duplicate (userId, movieId) pairs keep only their latest rating (ties: later line)"
 FILTER_ORDER = (
     "drop duplicate pairs, then users with fewer than min_ratings interactions, then split"
+)
+COLD_USERS_RULE = (
+    "--cold-users: after de-duplication and before any filter, a user whose seeded hash of the "
+    "raw id falls in the first `fraction` of its range is set apart with every rating: none is "
+    "trained on, evaluated or in the vocabularies unless another user rated the item"
 )
 FIT_RULE = (
     "the Workflow (Categorify) is fitted on every kept rating, train and test: leave-one-out "

@@ -1,5 +1,6 @@
 """Write the ETL's parquet datasets (``train/``, ``test/``, ``negatives/``, and with
-``--holdout valid,test`` also ``valid/``, ``valid_negatives/``) and the pandas vocab.
+``--holdout valid,test`` also ``valid/``, ``valid_negatives/``), the pandas vocab, and with
+``--cold-users`` the held-out users' own ratings (``cold_users/``, raw ids).
 
 Each dataset is a directory of ``part_<p>.parquet`` files, one per partition of users (one
 file, ``part_0.parquet``, in memory), with int64 columns ``user_id`` and ``item_id`` (model ids).
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ncf.core.names import (
+    COLD_USERS_DIR,
     ITEM,
     NEGATIVES_DIR,
     RAW_ITEM,
+    RAW_TIME,
     RAW_USER,
     TEST_DIR,
     TRAIN_DIR,
@@ -68,6 +72,20 @@ def write_part(out: Path, index: int, rows: dict[str, tuple[np.ndarray, np.ndarr
             for name, pair in rows.items()
         }
         return {key: f.result() for key, f in futures.items()}
+
+
+def write_cold(out: Path, index: int, cold: dict[str, Any] | None) -> None:
+    """Write partition ``index`` of the cold users' ratings (``ncf etl --cold-users``) under
+    ``out/cold_users/``: raw ``userId``, ``movieId``, ``timestamp``, by user then time."""
+    if cold is None:
+        return
+    user, item, time = (to_numpy(cold[k]) for k in ("user", "item", "time"))
+    order = np.lexsort((item, time, user))  # by user, then time (ties: the smaller movieId)
+    table = pa.table({RAW_USER: user[order].astype(np.int64), RAW_ITEM: item[order].astype(np.int64),
+                      RAW_TIME: time[order].astype(np.int64)})  # fmt: skip
+    folder = out / COLD_USERS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, folder / part_file(index))
 
 
 def write_vocab(out: Path, encoding: Encoding) -> dict[str, Path]:

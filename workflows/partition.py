@@ -28,6 +28,20 @@ from ncf.workflows.split import hold_out_latest, latest_of_duplicates, min_count
 # ``Prepared.held`` codes: held-out split k of hold_out_latest (0 = test) has code k + 1.
 TRAIN, TEST, VALID = 0, 1, 2
 RUN_COPY_MIN_LENGTH = 32  # mean rows per run above which runs are moved by slices
+COLD_SALT = 0xC01D  # offsets the seed of the cold-user draw from the negatives' draws
+
+
+def cold_user_rows(user: Any, fraction: float, seed: int) -> Any:
+    """True for the rows of the users held out entirely (``ncf etl --cold-users``), bool ``[n]``.
+
+    A user is held out when a seeded hash of its raw id falls in the first ``fraction`` of the
+    hash's range: every partition decides alike, and about ``fraction`` of the users go.
+    """
+    xp = array_module(user)
+    if fraction <= 0:
+        return xp.zeros(user.shape, dtype=bool)
+    h = user_streams(user.astype(xp.int64), seed + COLD_SALT)  # uint64 [n]
+    return (h >> xp.uint64(11)).astype(xp.float64) * 2.0**-53 < fraction  # top 53 bits in [0, 1)
 
 
 def negative_seeds(seed: int, n_held: int) -> list[int]:
@@ -56,10 +70,15 @@ class Prepared:
     items: Any  # distinct raw item ids, ascending [n_items]
     dropped: dict[str, int]
     dropped_users: dict[str, int]
+    cold: dict[str, Any] | None = None  # ``user``, ``item``, ``time`` [m] of the cold users
 
 
 def prepare(
-    cols: dict[str, Any], min_ratings: int, holdout: str, file_order: bool = False
+    cols: dict[str, Any],
+    min_ratings: int,
+    holdout: str,
+    file_order: bool = False,
+    cold: tuple[float, int] = (0.0, 0),
 ) -> Prepared:
     """De-duplicate, filter and split one partition (raw ids; every user with all its rows).
 
@@ -75,6 +94,9 @@ def prepare(
         ``"valid,test"`` or ``"test"``.
     file_order
         Ties on timestamp go to the later row (``--ties file-order``) instead of the larger item.
+    cold
+        ``(fraction, seed)`` of :func:`cold_user_rows`: those users' de-duplicated ratings are
+        set apart (``Prepared.cold``) before any filter.
 
     Returns
     -------
@@ -83,6 +105,10 @@ def prepare(
     keep = latest_of_duplicates(cols["user"], cols["item"], cols["time"])
     n_dup = int(keep.size - keep.sum())
     cols = _take(cols, keep, n_dup)
+    set_apart = cold_user_rows(cols["user"], *cold)
+    n_cold = int(set_apart.sum())
+    cold_rows = {k: cols[k][set_apart] for k in ("user", "item", "time")} if cold[0] > 0 else None
+    cols = _take(cols, ~set_apart, n_cold)
     keep, small_users = min_count_mask(cols["user"], min_ratings)
     n_small = int(keep.size - keep.sum())
     cols = _take(cols, keep, n_small)
@@ -114,6 +140,7 @@ def prepare(
             "users_below_holdout_minimum": few_rows,
         },
         dropped_users={"below_min_ratings": small_users, "below_holdout_minimum": few_users},
+        cold=cold_rows,
     )
 
 
@@ -127,12 +154,17 @@ class Summary:
     items: np.ndarray  # distinct raw item ids, ascending
     dropped: dict[str, int]
     dropped_users: dict[str, int]
+    cold: dict[str, int] = dataclasses.field(default_factory=dict)  # users, ratings set apart
 
     @classmethod
     def of(cls, part: Prepared) -> Summary:
+        cold = {}
+        if part.cold is not None:
+            users = array_module(part.cold["user"]).unique(part.cold["user"])
+            cold = {"users": int(users.size), "ratings": int(part.cold["user"].size)}
         return cls(
             to_numpy(part.users), to_numpy(part.counts), to_numpy(part.items),
-            part.dropped, part.dropped_users,
+            part.dropped, part.dropped_users, cold,
         )  # fmt: skip
 
     @classmethod
@@ -144,7 +176,8 @@ class Summary:
         order = np.argsort(users)
         counts = np.concatenate([p.counts for p in parts])[order]
         items = np.unique(np.concatenate([p.items for p in parts]))
-        return cls(users[order], counts, items, total, dropped_users)
+        cold = {k: sum(p.cold[k] for p in parts) for k in parts[0].cold}
+        return cls(users[order], counts, items, total, dropped_users, cold)
 
     def check(self, path: Any, min_ratings: int, holdout: str, negatives: int) -> None:
         """Raise ValueError when no user is left, or a user has too few items left to draw

@@ -41,7 +41,7 @@ from ncf.core.names import RAW_ITEM, RAW_USER
 from ncf.workflows.backend import array_module
 from ncf.workflows.blocks import Block, read_block
 from ncf.workflows.encoding import Encoding, Vocabulary
-from ncf.workflows.output import write_part
+from ncf.workflows.output import write_cold, write_part
 from ncf.workflows.partition import Prepared, Summary, finish, partition_of, prepare
 
 SCRATCH = ".partitions"
@@ -62,6 +62,7 @@ class Job:
     negatives: int
     seeds: tuple[int, ...]
     gpu: bool  # run the per-partition steps on cupy arrays
+    cold: tuple[float, int] = (0.0, 0)  # --cold-users: (fraction, seed) of users set apart
 
 
 def run_tasks(client: Any, fn: Callable, items: list, job: Job) -> list:
@@ -103,7 +104,8 @@ def prepare_partition(p: int, job: Job) -> Summary:
     }
     cols["user"], cols["item"] = cols["user"].astype(np.int32), cols["item"].astype(np.int32)
     shutil.rmtree(folder, ignore_errors=True)  # its rows now live in this task
-    part = prepare(_device(cols, job.gpu), job.min_ratings, job.holdout, job.file_order)
+    part = prepare(_device(cols, job.gpu), job.min_ratings, job.holdout, job.file_order, job.cold)
+    write_cold(Path(job.out), p, part.cold)
     kept = pa.table(
         {
             RAW_USER: _host(part.user).astype(np.int32),

@@ -22,6 +22,7 @@ TEST_DIR = "test"
 NEGATIVES_DIR = "negatives"
 VALID_DIR = "valid"  # validation split (`ncf etl --holdout valid,test`), columns as test/
 VALID_NEGATIVES_DIR = "valid_negatives"  # its evaluation negatives, as negatives/
+COLD_USERS_DIR = "cold_users"  # `ncf etl --cold-users`: held-out users' ratings (raw ids, time)
 WORKFLOW_DIR = "workflow"
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = ".merlin/schema.json"  # each dataset's Merlin schema (tags, id domains)
@@ -37,6 +38,8 @@ OUTPUT_KNOWN = "known"  # BOOL [batch, 1], False where a raw id is not in the vo
 INPUT_K = "k"  # INT64 [B, 1], number of recommendations per user
 INPUT_EXCLUDE = "exclude"  # INT64 [B, E], optional: raw movieIds never to recommend, -1 = padding
 INPUT_INCLUDE_RATED = "include_rated"  # BOOL [B, 1], optional: allow the user's rated items
+INPUT_HISTORY = "history"  # INT64 [B, H], optional: raw movieIds a user outside the vocabulary
+# rated, -1 = padding; such a user is scored by the model from them (serving/foldin.py)
 OUTPUT_RAW_ITEMS = "movie_ids"  # INT64 [B, max k], raw movieIds best first, -1 = padding
 OUTPUT_SCORES = "scores"  # FP32 [B, max k], NaN = padding
 OUTPUT_EXPORT_ID = "export_id"  # INT64 [B, 1], the `ncf export` (manifest export_id) that answered
@@ -65,6 +68,7 @@ ARTIFACT_VOCAB = "vocab.npz"  # raw->model id tables for the workflow/recommend 
 ARTIFACT_SEEN = "seen.npz"  # per-user training items (CSR) for `recommend` to exclude
 ARTIFACT_POPULARITY = "popularity.npz"  # training-split item ranking for users outside the vocab
 ARTIFACT_GMF = "gmf.npz"  # GMF user/item vectors: `recommend`'s candidate index (two-stage mode)
+ARTIFACT_FOLDIN = "foldin.pt"  # TorchScript of serving/foldin.py: `recommend`'s cold start
 MANIFEST_FILE = "manifest.json"
 # Committed once at the top of triton_repo/, copied by `ncf export` beside every python model.py.
 PYTHON_MODEL_HELPER = "artifact_check.py"
