@@ -48,6 +48,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "ncf.bench.warm_start",
         "a day's retrain warm-started from yesterday's model against a cold one",
     ),
+    "cold-start": (
+        "ncf.bench.cold_start",
+        "users the model never saw, scored from their first N ratings, against popularity",
+    ),
     "etl-kernels": ("ncf.bench.etl_kernels", "the ETL's per-partition steps on numpy and cupy"),
     "peers": ("ncf.bench.peers", "RecBole's NeuMF and BPR-MF on our split (needs `make peers`)"),
     "transfer": (

@@ -73,13 +73,24 @@ class CatalogueNeuMF(nn.Module):
         self, u: torch.Tensor, item_first: torch.Tensor, item_mf: torch.Tensor
     ) -> torch.Tensor:
         """Probabilities ``[N]`` of user ``u`` (0-dim) for the items whose tables are given."""
-        h = item_first + self.user_mlp[u] @ self.user_first  # [N, H1], fp32
+        return torch.sigmoid(self._logits(self.user_mlp[u], self.user_mf[u], item_first, item_mf))
+
+    def _logits(
+        self,
+        user_mlp: torch.Tensor,
+        user_mf: torch.Tensor,
+        item_first: torch.Tensor,
+        item_mf: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits ``[N]`` of a user given by its vectors (MLP ``[half]``, GMF ``[F]``) for the
+        items whose tables are given."""
+        h = item_first + user_mlp @ self.user_first  # [N, H1], fp32
         if self.has_hidden:
             h = torch.relu(h)
         for layer in self.rest:  # each layer in its weights' dtype (bf16 after to_precision)
             h = torch.relu(layer(h.to(layer.weight.dtype)))  # [N, width]
-        logits = item_mf @ (self.user_mf[u] * self.final_mf) + h.float() @ self.final_mlp
-        return torch.sigmoid(logits + self.final_bias)
+        logits = item_mf @ (user_mf * self.final_mf) + h.float() @ self.final_mlp
+        return logits + self.final_bias
 
     def forward(self, user_id: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         users = user_id.reshape(-1)  # [B]

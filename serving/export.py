@@ -39,7 +39,7 @@ from ncf.core.digest import sha256_file
 from ncf.models.checkpoint import load_model
 from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF
-from ncf.serving import ann_check, repository, tables
+from ncf.serving import ann_check, foldin, repository, tables
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
 from ncf.serving.served import ServingNeuMF
 
@@ -367,6 +367,8 @@ def export_repository(
     export_id = secrets.randbits(62)  # positive int64; tells the exports' outputs apart
     cat_bytes = to_catalogue(model, meta, export_id)
     diffs["catalogue"] = check_catalogue(wrapper, cat_bytes, meta, 8, seed + 2)
+    fold_bytes = foldin.to_foldin(model, meta)
+    diffs["foldin"] = foldin.check_foldin(model, fold_bytes, meta, seed + 5)
     bad = {k: v for k, v in diffs.items() if not v <= tolerance}
     if bad:
         raise ValueError(
@@ -378,6 +380,7 @@ def export_repository(
         names.ARTIFACT_TORCHSCRIPT: ts_bytes,
         names.ARTIFACT_ONNX: onnx_bytes,
         names.ARTIFACT_CATALOGUE: cat_bytes,
+        names.ARTIFACT_FOLDIN: fold_bytes,
         **{name: _npz(table) for name, table in arrays.items()},
     }
     checks = {"max_abs_diff": diffs, "tolerance": tolerance, "samples": check_samples, "seed": seed}

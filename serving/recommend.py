@@ -10,7 +10,7 @@ The call it makes (tritonclient over HTTP; the README shows it)::
 Titles come from ``movies.csv`` beside the ratings the ETL read (its ``metadata.json`` records the
 input path; the ETL directory is found from ``--data`` or from the export manifest in ``--repo``),
 or from ``--movies``. A user outside the training vocabulary gets the popularity ranking, marked
-as such.
+as such, or with ``--history`` the model's ranking from the movies given (the cold start).
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ def request(
     exclude: np.ndarray | None = None,
     include_rated: np.ndarray | None = None,
     timeout: float = 60.0,
+    history: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """One ``recommend`` request: raw ``users [B, 1]``, ``k [B, 1]`` (int64), optional
-    ``exclude [B, E]`` (raw movieIds, -1 = padding) and ``include_rated [B, 1]`` (bool).
+    ``exclude [B, E]`` (raw movieIds, -1 = padding), ``include_rated [B, 1]`` (bool) and
+    ``history [B, H]`` (raw movieIds a user outside the training data rated, -1 = padding).
 
     Returns ``movie_ids``, ``scores`` (``[B, max k]``, -1 / NaN padded), ``known`` and
     ``export_id`` (``[B, 1]``) by output name.
@@ -50,6 +52,8 @@ def request(
         arrays[names.INPUT_EXCLUDE] = exclude
     if include_rated is not None:
         arrays[names.INPUT_INCLUDE_RATED] = include_rated
+    if history is not None:
+        arrays[names.INPUT_HISTORY] = history
     inputs = []
     for name, array in arrays.items():
         dtype = "BOOL" if array.dtype == np.bool_ else "INT64"
@@ -98,10 +102,14 @@ def movie_titles(path: Path) -> dict[int, str]:
         return {int(row[names.RAW_ITEM]): row["title"] for row in reader}
 
 
-def format_table(user: int, out: dict[str, np.ndarray], titles: dict[int, str]) -> str:
-    """The first row's recommendations as an aligned text table."""
+def format_table(
+    user: int, out: dict[str, np.ndarray], titles: dict[int, str], history: int = 0
+) -> str:
+    """The first row's recommendations as an aligned text table (``history``: movies given)."""
     known = bool(out[names.OUTPUT_KNOWN][0, 0])
     how = "NeuMF, rated movies left out" if known else "not in the training data: most popular"
+    if not known and history:
+        how = f"not in the training data: NeuMF from the {history} movies given, those left out"
     lines = [f"user {user} ({how}; export {int(out[names.OUTPUT_EXPORT_ID][0, 0])})"]
     rows = [("rank", "movieId", "score", "title")]
     for rank, (item, score) in enumerate(
@@ -127,6 +135,11 @@ class RecommendConfig(Config):
     url: str = setting("127.0.0.1:8000", help="tritonserver HTTP host:port")
     exclude: list[int] = setting(default_factory=list, help="movieIds never to recommend")
     include_rated: bool = flag(False, help="allow movies the user already rated")
+    history: list[int] = setting(
+        default_factory=list,
+        help="movieIds a user outside the training data rated: scored by the model from them "
+        "(cold start) instead of the popularity list",
+    )
     movies: Path | None = setting(
         None, help="movies.csv with the titles (unset: found from the ETL)"
     )
@@ -153,8 +166,10 @@ def run(cfg: RecommendConfig) -> int:
     exclude = np.array([cfg.exclude], dtype=np.int64) if cfg.exclude else None
     rated = np.array([[True]]) if cfg.include_rated else None
     user = np.array([[cfg.user]], dtype=np.int64)
+    history = np.array([cfg.history], dtype=np.int64) if cfg.history else None
     try:
-        out = request(cfg.url, user, np.array([[cfg.k]], dtype=np.int64), exclude, rated)
+        k = np.array([[cfg.k]], dtype=np.int64)
+        out = request(cfg.url, user, k, exclude, rated, history=history)
     except InferenceServerException as exc:
         print(f"ncf recommend: the server refused: {exc.message()}", file=sys.stderr)
         return 1
@@ -163,5 +178,6 @@ def run(cfg: RecommendConfig) -> int:
     path, source = movies_path(cfg.movies, cfg.data, cfg.repo)
     if path is None:
         print(f"ncf recommend: no titles ({source}); pass --movies", file=sys.stderr)
-    print(format_table(cfg.user, out, movie_titles(path) if path else {}))
+    titles = movie_titles(path) if path else {}
+    print(format_table(cfg.user, out, titles, len(cfg.history)))
     return 0

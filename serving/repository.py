@@ -48,6 +48,7 @@ MODEL_ARTIFACTS: dict[str, tuple[str, ...]] = {
         names.ARTIFACT_SEEN,
         names.ARTIFACT_POPULARITY,
         names.ARTIFACT_GMF,
+        names.ARTIFACT_FOLDIN,
     ),
     names.MODEL_ENSEMBLE: (),
 }

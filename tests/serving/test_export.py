@@ -65,7 +65,9 @@ def test_every_model_gets_its_artifacts_and_a_manifest(exported, checkpoint, etl
         assert manifest["source"]["metadata_sha256"] == _sha(etl_dir / names.METADATA_FILE)
         assert manifest["version"] == 1 and manifest["export_id"] == common["export_id"] > 0
     diffs = common["checks"]["max_abs_diff"]
-    assert set(diffs) == {"torchscript", "onnx", "catalogue"} and max(diffs.values()) <= 1e-5
+    assert (
+        set(diffs) == {"torchscript", "onnx", "catalogue", "foldin"} and max(diffs.values()) <= 1e-5
+    )
     bf16 = common["checks"]["catalogue_bf16"]
     assert 0 <= bf16["max_abs_diff"] < 0.05 and 0.5 <= bf16["top10_agreement"] <= 1
     assert (repo / names.MODEL_NEUMF / "1" / "model.py").is_file()  # definitions copied in

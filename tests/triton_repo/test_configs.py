@@ -126,6 +126,7 @@ def test_python_models_run_on_cpu_and_name_shared_artifacts(model):
         "catalogue_artifact": names.ARTIFACT_CATALOGUE,
         "popularity_artifact": names.ARTIFACT_POPULARITY,
         "gmf_artifact": names.ARTIFACT_GMF,
+        "foldin_artifact": names.ARTIFACT_FOLDIN,
     }
     named = {k: v for k, v in p.items() if k.endswith("_artifact")}
     assert named and named == {k: shared[k] for k in named}
@@ -176,8 +177,9 @@ def test_recommend_io_and_scorer():
         (names.INPUT_K, "TYPE_INT64", [1]),
         (names.INPUT_EXCLUDE, "TYPE_INT64", [-1]),
         (names.INPUT_INCLUDE_RATED, "TYPE_BOOL", [1]),
+        (names.INPUT_HISTORY, "TYPE_INT64", [-1]),
     ]
-    assert [t.optional for t in cfg.input] == [False, False, True, True]
+    assert [t.optional for t in cfg.input] == [False, False, True, True, True]
     assert io(cfg.output) == [
         (names.OUTPUT_RAW_ITEMS, "TYPE_INT64", [-1]),
         (names.OUTPUT_SCORES, "TYPE_FP32", [-1]),
@@ -214,6 +216,15 @@ def _gpu_normalized(model: str, gpu: mc.ModelConfig) -> mc.ModelConfig:
         # the libtorch scorer has no item_ids input: the GPU variant scores the whole catalogue
         assert gpu.parameters["candidates"].string_value == "exact"
         gpu.parameters["candidates"].string_value = "auto"
+        # no torch in the image's python stub: no cold start (no history input, no foldin_*)
+        cpu = config(model)
+        assert [i.name for i in gpu.input] == [i.name for i in cpu.input][:-1]
+        assert cpu.input[-1].name == names.INPUT_HISTORY
+        gpu.input.append(cpu.input[-1])
+        for key, value in cpu.parameters.items():
+            if key.startswith("foldin_"):
+                assert key not in gpu.parameters
+                gpu.parameters[key].CopyFrom(value)
     return gpu
 
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from tritonclient.utils import InferenceServerException
 
 from ncf.cli import main
@@ -19,7 +20,7 @@ from ncf.serving.client import infer
 from ncf.serving.recommend import movie_titles, movies_path
 from ncf.serving.repository import latest_version
 from tests.triton_repo import etl_fixture
-from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, check_row
+from tests.triton_repo.test_serving import _brute_force_top_k, _eager_scores, _meta, check_row
 
 pytestmark = pytest.mark.triton
 
@@ -61,6 +62,32 @@ def test_unknown_users_get_the_popularity_ranking_beside_known_users(
     assert np.all(np.diff(scores[0]) <= 0) and 0 < scores[0, 0] <= 1
     want = _brute_force_top_k(etl_dir, workflow, eager, known_user, 4)
     check_row(items[2, :4], scores[2, :4], *want, known_user, workflow, eager)
+
+
+def _fold_args() -> tuple:
+    """The cold start's settings in the repository's recommend config."""
+    from tests.triton_repo.test_configs import config, params
+
+    p = params(config(names.MODEL_RECOMMEND))
+    return (int(p["foldin_steps"]), float(p["foldin_lr"]), float(p["foldin_l2"]),
+            int(p["foldin_negatives"]))  # fmt: skip
+
+
+def test_a_history_scores_an_unknown_user_with_the_folded_in_vectors(
+    client, etl_dir, workflow, eager
+):
+    """Rows: unknown with a history (padded, one id outside the vocabulary), unknown with a
+    history of unknown ids only (popularity), unknown without one (popularity)."""
+    ratings = pd.read_csv(etl_fixture.RATINGS)
+    unknown = int(ratings[names.RAW_USER].max()) + 7
+    rated = ratings[names.RAW_ITEM].drop_duplicates().to_numpy()[[3, 40, 41]]
+    history = np.array([[*rated, -1, 10**9], [10**9, -1, -1, -1, -1], [-1] * 5], dtype=np.int64)
+    out = _ask(client, [unknown] * 3, [10, 5, 5], **{names.INPUT_HISTORY: history})
+    assert not out[names.OUTPUT_KNOWN].any()
+    popular = _popularity(etl_dir, workflow)
+    for row in (1, 2):
+        np.testing.assert_array_equal(out[names.OUTPUT_RAW_ITEMS][row, :5], popular[:5])
+    _check_folded_row(out, 0, unknown, rated, etl_dir, workflow, eager, exact=True)
 
 
 def test_exclude_and_include_rated_for_a_known_user(client, etl_dir, workflow, eager):
@@ -156,8 +183,12 @@ def test_two_stage_path_reranks_candidates_with_the_network(
     users = [int(u) for u in ratings[names.RAW_USER].unique()[:3]]
     n = n or ratings[names.RAW_ITEM].nunique()
     params = {"candidates": "ann", "ann_index": index, "ann_candidates": n, "ann_ef_search": 64}
+    unknown, rated = int(ratings[names.RAW_USER].max()) + 7, ratings[names.RAW_ITEM].to_numpy()[:4]
+    history = np.full((4, 4), -1, dtype=np.int64)
+    history[3] = rated  # the known users' rows: no history (it would be ignored)
     with reloaded(server, names.MODEL_RECOMMEND, parameters=params):
-        out = _ask(client, users, [10, 10, 10])
+        out = _ask(client, [*users, unknown], [10] * 4, **{names.INPUT_HISTORY: history})
+    _check_folded_row(out, 3, unknown, rated, etl_dir, workflow, eager, exact=index == "Flat")
     for row, user in enumerate(users):
         items, scores = out[names.OUTPUT_RAW_ITEMS][row], out[names.OUTPUT_SCORES][row]
         if index == "Flat":
@@ -170,6 +201,24 @@ def test_two_stage_path_reranks_candidates_with_the_network(
         own = _eager_scores(eager, codes[0].reshape(-1, 1), codes[1].reshape(-1, 1))[:, 0]
         np.testing.assert_allclose(scores, own, rtol=0, atol=1e-6)
         assert np.all(np.diff(scores) <= 0)
+
+
+def _check_folded_row(out, row, user, rated, etl_dir, workflow, eager, exact: bool) -> None:
+    """A cold user's row: each item's own fold-in score, best first, no history item; with every
+    item a candidate, the fold-in's top 10 of the whole catalogue."""
+    from ncf.serving.foldin import FoldIn
+
+    meta, lo = _meta(etl_dir), _meta(etl_dir)["item_id_range"][0]
+    codes = etl_fixture.transform(workflow, np.full(len(rated), user), rated)[1]
+    fold = FoldIn(eager.model, meta["item_id_range"], meta["user_id_range"]).eval()
+    want = fold(torch.from_numpy(codes), *_fold_args()).numpy()  # [C], by item id - lo
+    want[codes - lo] = -np.inf
+    items, scores = out[names.OUTPUT_RAW_ITEMS][row], out[names.OUTPUT_SCORES][row]
+    got = etl_fixture.transform(workflow, np.full(len(items), user), items)[1]
+    np.testing.assert_allclose(scores, want[got - lo], rtol=0, atol=1e-5)
+    assert np.all(np.diff(scores) <= 0) and not set(items) & set(rated)
+    if exact:
+        np.testing.assert_allclose(scores, np.sort(want)[::-1][:10], rtol=0, atol=1e-5)
 
 
 def test_ncf_recommend_prints_titles_for_known_and_unknown_users(server, repo, etl_dir, capsys):
@@ -188,6 +237,11 @@ def test_ncf_recommend_prints_titles_for_known_and_unknown_users(server, repo, e
     assert main([*base, "--user", str(unknown), "--exclude", "1", "2"]) == 0
     out = capsys.readouterr().out
     assert "not in the training data: most popular" in out and len(out.splitlines()) == 12
+    rated = [str(i) for i in ratings[names.RAW_ITEM].iloc[:3]]
+    assert main([*base, "--user", str(unknown), "--k", "4", "--history", *rated]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "NeuMF from the 3 movies given" in out[0] and len(out) == 2 + 4
+    assert not {line.split()[1] for line in out[2:]} & set(rated)  # the history is left out
     assert main([*base, "--user", str(user), "--k", "100000000"]) == 1
     assert "k=100000000: must be in" in capsys.readouterr().err
 

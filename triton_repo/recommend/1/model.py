@@ -2,7 +2,8 @@
 
 Config (``../config.pbtxt``), inputs in this order: raw user ids and k (INT64 ``[B, 1]``), the
 optional raw movieIds to leave out (INT64 ``[B, E]``, -1 = padding, ids outside the vocabulary are
-ignored) and the optional flag that allows already-rated items (BOOL ``[B, 1]``). Outputs: raw item
+ignored), the optional flag that allows already-rated items (BOOL ``[B, 1]``) and the optional
+history (INT64 ``[B, H]`` raw movieIds, -1 = padding) of users outside the vocabulary. Outputs: raw item
 ids (INT64 ``[B, max k]``, -1 = padding) and their scores (FP32, NaN = padding), best first, ties
 broken by the lower item model id; ``known`` (BOOL ``[B, 1]``) and the ``export_id`` (INT64
 ``[B, 1]``) of the export that answered.
@@ -11,7 +12,9 @@ Known users are scored by the scorer model (BLS, pinned to this model's version;
 all users of an execute(), whatever their request): the whole catalogue (``candidates`` exact:
 user ids ``[U, 1]`` -> scores ``[U, C]`` in model-id order) or the items nearest to the user's GMF
 vector in a faiss index (``candidates`` ann: item ids ``[U, N]`` -> scores ``[U, N]``). Users
-outside the vocabulary get ``popularity.npz``'s ranking. ``vocab.npz`` (see the workflow model)
+outside the vocabulary with a history are scored here by ``foldin.pt`` (their vectors fitted to
+the history, serving/foldin.py), their history left out unless ``include_rated``; without one
+they get ``popularity.npz``'s ranking. ``vocab.npz`` (see the workflow model)
 maps ids both ways; ``seen.npz`` holds each user's rated items as CSR arrays (``indptr
 [num_users + 1]``, ``indices``) by model id. The top-k and the two-stage search are
 ``retrieval.py``, which ``ncf export`` copies beside this file from ``serving/retrieval.py``.
@@ -43,7 +46,9 @@ class TritonPythonModel:
     def initialize(self, args):
         cfg = json.loads(args["model_config"])
         p = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        self.user_in, self.k_in, self.exclude_in, self.rated_in = (t["name"] for t in cfg["input"])
+        inputs = [t["name"] for t in cfg["input"]]
+        self.user_in, self.k_in, self.exclude_in, self.rated_in = inputs[:4]
+        self.history_in = inputs[4] if len(inputs) > 4 else None  # the cold start's, optional
         self.items_out, self.scores_out, self.known_out, self.id_out = (
             t["name"] for t in cfg["output"]
         )
@@ -76,6 +81,27 @@ class TritonPythonModel:
         if self.mode == "ann":
             with load("gmf_artifact") as z:
                 self._build_index(z["users"], z["items"], p, cpu_threads(cfg, p))
+        self.foldin = None
+        if "foldin_artifact" in p:  # absent where the stub has no torch (the GPU variant)
+            self._load_foldin(verified_artifact(vdir, p["manifest"], p["foldin_artifact"]), p, cfg)
+
+    def _load_foldin(self, path, p, cfg):
+        """The cold start's TorchScript (serving/foldin.py) and its settings."""
+        import torch
+
+        torch.set_num_threads(cpu_threads(cfg, p))
+        self.foldin = torch.jit.load(path, map_location="cpu").eval()
+        self.fold_args = (
+            int(p["foldin_steps"]),
+            float(p["foldin_lr"]),
+            float(p["foldin_l2"]),
+            int(p["foldin_negatives"]),
+        )
+        if self.fold_args[0] < 0 or self.fold_args[1] <= 0 or self.fold_args[3] < 0:
+            raise pb_utils.TritonModelException(
+                f"foldin_steps, foldin_lr, foldin_l2, foldin_negatives = {self.fold_args}: need "
+                "steps >= 0, lr > 0, negatives >= 0"
+            )
 
     def _build_index(self, users, items, p, threads):
         """The faiss inner-product index over the catalogue's GMF item vectors."""
@@ -104,6 +130,7 @@ class TritonPythonModel:
         exclude = np.zeros((len(raw), 0), np.int64) if exclude is None else exclude.as_numpy()
         rated = pb_utils.get_input_tensor_by_name(request, self.rated_in)
         rated = np.zeros(len(raw), bool) if rated is None else rated.as_numpy()[:, 0]
+        history = self._history(request, len(raw), known)
         blocked = []  # per row: catalogue positions (item id - lo) never to recommend
         for r in range(len(raw)):
             codes, found = self._codes(exclude[r], self.item_raw, self.item_code)
@@ -111,9 +138,30 @@ class TritonPythonModel:
             if known[r] and not rated[r]:
                 u = users[r]
                 parts.append(self.seen_items[self.seen_indptr[u] : self.seen_indptr[u + 1]])
+            elif history[r] is not None and not rated[r]:
+                parts.append(history[r] + self.lo)
             rows = np.concatenate(parts) - self.lo
             blocked.append(np.unique(rows[(rows >= 0) & (rows < self.n_items)]))
-        return {"users": users, "known": known, "k": k, "blocked": blocked}
+        return {"users": users, "known": known, "k": k, "blocked": blocked, "history": history}
+
+    def _history(self, request, n, known):
+        """Per row: the catalogue positions of the history of a user outside the vocabulary
+        (movieIds the vocabulary knows; -1 padding and unknown ids dropped), or None."""
+        tensor = (
+            None
+            if self.history_in is None
+            else (pb_utils.get_input_tensor_by_name(request, self.history_in))
+        )
+        if tensor is None or self.foldin is None:
+            return [None] * n
+        raw = tensor.as_numpy()
+        rows = []
+        for r in range(n):
+            codes, found = self._codes(raw[r], self.item_raw, self.item_code)
+            positions = np.unique(codes[found & (raw[r] >= 0)]) - self.lo
+            positions = positions[(positions >= 0) & (positions < self.n_items)]
+            rows.append(None if known[r] or positions.size == 0 else positions)
+        return rows
 
     # -- scoring ------------------------------------------------------------------------------
 
@@ -166,6 +214,23 @@ class TritonPythonModel:
         items, best = top_k(positions[keep] + self.lo, scores[keep], k)
         return self.raw_item_of[items], best
 
+    def _fold_in(self, history, blocked, k):
+        """(catalogue positions [N], probabilities [N]) of the candidates of a user known only by
+        the catalogue positions of their history: every item, or (ann) the items nearest to the
+        fitted GMF query."""
+        import torch
+
+        user_mlp, user_mf = self.foldin.fit(torch.from_numpy(history + self.lo), *self.fold_args)
+        if self.mode == "exact":
+            rows = torch.arange(self.n_items)
+        else:
+            query = self.foldin.query(user_mf).numpy().reshape(1, -1)
+            n = candidate_count(self.n_items, k, self.ann_candidates, len(blocked))
+            found = search(self.index, query, n, self.ef_search)[0]  # [n], -1: none
+            rows = torch.from_numpy(found[found >= 0])
+        scores = self.foldin.score_rows(user_mlp, user_mf, rows)
+        return rows.numpy(), scores.numpy()
+
     def _popular(self, blocked, k):
         """(raw item ids, scores) of the k most popular allowed items (users outside the vocab)."""
         keep = ~np.isin(self.pop_items - self.lo, blocked)
@@ -183,6 +248,8 @@ class TritonPythonModel:
             if rows["known"][r]:
                 items, best = self._row(positions[start], scores[start], blocked, k)
                 start += 1
+            elif rows["history"][r] is not None:
+                items, best = self._row(*self._fold_in(rows["history"][r], blocked, k), blocked, k)
             else:
                 items, best = self._popular(blocked, k)
             movie_ids[r, : len(items)], out_scores[r, : len(items)] = items, best
