@@ -10,7 +10,7 @@ item drawn uniformly from the catalogue (label 0; a draw that is a history item 
 plus ``l2`` times the squared distance of the vectors from their start, minimised by ``steps``
 Adam steps of rate ``lr``. The start is the mean vector of the trained users (the "average
 user"), so a fit of zero steps ranks like an average user. The draws are seeded by the history
-itself: the same history gets the same answer. There is no closed form: the MLP tower is not
+itself (``_draw``): the same history gets the same answer. There is no closed form: the MLP tower is not
 linear in the user's vector.
 """
 
@@ -46,10 +46,7 @@ class FoldIn(CatalogueNeuMF):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The user's (MLP ``[half]``, GMF ``[F]``) vectors fitted to ``history [H]``."""
         rows = torch.unique(history - self.item_lo)  # [P] catalogue rows of the positives
-        gen = torch.Generator()  # seeded by the history: the same history, the same answer
-        gen.manual_seed(int(torch.sum(rows * 2654435761 % 2147483647)))
-        drawn = torch.randint(0, self.item_first.shape[0], (rows.shape[0] * negatives,),
-                              generator=gen)  # fmt: skip
+        drawn = self._draw(rows, rows.shape[0] * negatives)
         drawn = drawn[~torch.isin(drawn, rows)]  # [N']
         train = torch.cat((rows, drawn))  # [T = P + N']
         label = torch.cat((torch.ones(rows.shape[0]), torch.zeros(drawn.shape[0])))
@@ -63,6 +60,18 @@ class FoldIn(CatalogueNeuMF):
             v.mul_(0.999).addcmul_(g, g, value=0.001)
             x -= lr * (m / (1 - 0.9**step)) / ((v / (1 - 0.999**step)).sqrt() + 1e-8)
         return x[:half], x[half:]
+
+    def _draw(self, rows: torch.Tensor, count: int) -> torch.Tensor:
+        """``count`` catalogue rows ``[count]``, seeded by the history's ``rows``: the same
+        history, the same draws. A hash of (seed, counter) in int64 tensor ops, Park-Miller
+        multiplications around an xor-shift (every product stays below 2**47), since TorchScript
+        has no torch.Generator in torch 2.1."""
+        modulus = 2147483647
+        seed = torch.sum(rows * 48271 % modulus) % modulus + 1  # in [1, modulus)
+        x = seed * (torch.arange(count) + 1) % modulus * 48271 % modulus
+        x = torch.bitwise_xor(x, torch.bitwise_right_shift(x, 13))  # not linear in the counter
+        x = x * 48271 % modulus
+        return x % self.item_first.shape[0]
 
     @torch.jit.export
     def gradient(
