@@ -19,6 +19,7 @@ on these users.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -71,11 +72,27 @@ class ColdStartBench(Config):
                 "history lengths >= 1"
             )
         for text in self.candidates:
-            parts = text.split(",")
-            if len(parts) != 4 or not all(p.replace(".", "", 1).isdigit() for p in parts):
-                raise ValueError(
-                    f"--candidates {text!r}: want STEPS,LR,L2,NEGATIVES, e.g. 5,0.05,0.1,4"
-                )
+            parse_candidate(text)
+
+
+def parse_candidate(text: str) -> list[float]:
+    """``STEPS,LR,L2,NEGATIVES`` as numbers; ValueError naming the bad part."""
+    want = "want STEPS,LR,L2,NEGATIVES, e.g. 5,0.05,1e-1,4"
+    parts = text.split(",")
+    if len(parts) != 4:
+        raise ValueError(f"--candidates {text!r}: {len(parts)} parts, {want}")
+    numbers = []
+    for part in parts:
+        try:
+            numbers.append(float(part))
+        except ValueError:
+            raise ValueError(f"--candidates {text!r}: {part!r} is not a number; {want}") from None
+    steps, lr, l2, negatives = numbers
+    if not (steps.is_integer() and negatives.is_integer()) or min(steps, l2, negatives) < 0:
+        raise ValueError(f"--candidates {text!r}: need whole STEPS, NEGATIVES >= 0, L2 >= 0")
+    if lr <= 0:
+        raise ValueError(f"--candidates {text!r}: LR {parts[1]!r} must be > 0")
+    return numbers
 
 
 CONFIG = ColdStartBench
@@ -93,8 +110,6 @@ def prepare(cfg: ColdStartBench) -> tuple[Path, Path]:
     threads = ["--threads", str(cfg.threads)] if cfg.threads else []
     train(etl, cfg.preset, DEFAULT_SEED, run, [*threads, "--device", "cpu", "--force"])
     if repo.exists():
-        import shutil
-
         shutil.rmtree(repo)  # this bench's own repository, rebuilt each run
     _cli("export", "--checkpoint", str(run / "best.pt"), "--data", str(etl), "--repo", str(repo))
     return etl, repo
@@ -227,7 +242,7 @@ def run(cfg: ColdStartBench) -> Results:
         trained = encoding.user.raw[:64]
         rows += latency_rows(conn, histories, trained, cfg.latency_history, cfg.latency_requests)
         conn.close()
-    settings = [[float(x) for x in text.split(",")] for text in cfg.candidates]
+    settings = [parse_candidate(text) for text in cfg.candidates]
     if settings:
         rows += candidate_rows(repo, etl, histories, cfg.history, settings)
     for r in rows:
