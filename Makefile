@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed-stamp
 
 # (Re)install when pyproject.toml or the pins change. pip 23.2.1: newer pips refuse merlin-dataloader, whose
 # metadata declares direct-URL dependencies (docs/FACTS.md).
-$(STAMP): pyproject.toml requirements/cpu.txt
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/systems.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==23.2.1"
 	$(BIN)/python -m pip install -q -c requirements/cpu.txt -e ".[test]"
+	$(BIN)/python -m pip install -q --no-deps -r requirements/systems.txt
 	touch $(STAMP)
 
 # The model-config protobuf of the Triton release docker-compose.yml runs (docs/TRITON_IMAGE.md
@@ -50,7 +51,7 @@ NGC_RUN := work/ngc-run
 PYTHON310 ?= $(shell p=$$(pyenv prefix 3.10 2>/dev/null) && test -x "$$p/bin/python" \
 	&& echo "$$p/bin/python" || command -v python3.10)
 
-$(NGC_STAMP): requirements/ngc.txt pyproject.toml
+$(NGC_STAMP): requirements/ngc.txt requirements/systems.txt pyproject.toml
 	@test -n "$(PYTHON310)" || { echo "make test-ngc needs Python 3.10 (pyenv install 3.10," \
 		"or python3.10 on PATH, or PYTHON310=/path/to/python3.10)" >&2; exit 1; }
 	test -x $(NGC_BIN)/python || $(PYTHON310) -m venv $(NGC_VENV)
@@ -58,6 +59,7 @@ $(NGC_STAMP): requirements/ngc.txt pyproject.toml
 	$(NGC_BIN)/python -m pip install -q "pip==23.2.1"
 	$(NGC_BIN)/python -m pip install -q -r requirements/ngc.txt
 	$(NGC_BIN)/python -m pip install -q --no-deps -e .
+	$(NGC_BIN)/python -m pip install -q --no-deps -r requirements/systems.txt
 	$(NGC_BIN)/python -m tests.triton_repo.triton_image fetch-proto
 	touch $(NGC_STAMP)
 

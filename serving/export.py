@@ -25,6 +25,7 @@ import os
 import secrets
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -39,7 +40,7 @@ from ncf.core.digest import sha256_file
 from ncf.models.checkpoint import load_model
 from ncf.models.data import read_metadata
 from ncf.models.neumf import NeuMF
-from ncf.serving import ann_check, foldin, repository, tables
+from ncf.serving import ann_check, foldin, merlin_systems, repository, tables
 from ncf.serving.catalogue import CatalogueNeuMF, to_precision
 from ncf.serving.served import ServingNeuMF
 
@@ -253,6 +254,9 @@ def _check_data_match(ckpt: dict, model: NeuMF, meta: dict, data: Path, force: b
         )
 
 
+EXTRA_EXPORTS = ("merlin-systems",)  # what --with offers beside this project's repository
+
+
 @dataclasses.dataclass
 class ExportConfig(Config):
     """Export a checkpoint to TorchScript + ONNX in a Triton repository (`ncf export`)."""
@@ -285,6 +289,17 @@ class ExportConfig(Config):
     keep_versions: int = setting(
         repository.KEEP_VERSIONS, help="exported versions kept in --repo, newest first"
     )
+    export_with: list[str] = setting(
+        default_factory=list,
+        alias="--with",
+        choices=EXTRA_EXPORTS,
+        nargs="*",
+        help="also export the model this way: merlin-systems (its executor ensemble of the ETL's "
+        "Workflow and the TorchScript model, into --merlin-repo; docs/MERLIN_SYSTEMS.md)",
+    )
+    merlin_repo: Path = setting(
+        Path("triton_repo_merlin"), help="where --with merlin-systems writes its repository"
+    )
 
     def check(self) -> None:
         """Raise ValueError naming the flag of a missing or invalid value."""
@@ -313,6 +328,8 @@ def export_repository(
     onnx_exporter: str = ExportConfig.onnx_exporter,
     server_url: str | None = None,
     keep_versions: int = ExportConfig.keep_versions,
+    export_with: Sequence[str] = (),
+    merlin_repo: str | os.PathLike = ExportConfig.merlin_repo,
     config: dict | None = None,
 ) -> dict:
     """Export ``checkpoint`` and the ETL tables of ``data`` into a new version of ``repo``.
@@ -347,6 +364,8 @@ def export_repository(
         raise ValueError(f"--keep-versions {keep_versions}: must be >= 1 (the serving version)")
     if server_url:  # before the work and before anything is written for it
         repository.check_server(server_url)
+    if "merlin-systems" in export_with:
+        merlin_systems.check_target(Path(merlin_repo))
     data = Path(data)
     model, ckpt = load_model(checkpoint, kinds=("neumf",))
     if model.cfg.towers != "both":  # the catalogue scorer reads both towers' weights
@@ -369,6 +388,10 @@ def export_repository(
     diffs["catalogue"] = check_catalogue(wrapper, cat_bytes, meta, 8, seed + 2)
     fold_bytes = foldin.to_foldin(model, meta)
     diffs["foldin"] = foldin.check_foldin(model, fold_bytes, meta, seed + 5)
+    if "merlin-systems" in export_with:  # checked here, written once ours is
+        merlin, diffs["merlin_systems"] = merlin_systems.checked_ensemble(
+            model, data, meta, check_samples, seed + 6
+        )
     bad = {k: v for k, v in diffs.items() if not v <= tolerance}
     if bad:
         raise ValueError(
@@ -394,6 +417,9 @@ def export_repository(
     if config is not None:
         manifest["config"] = config
     _publish(repo, artifacts, manifest, template, server_url, keep_versions)
+    if "merlin-systems" in export_with:
+        merlin_systems.write_repository(merlin, Path(merlin_repo))
+        manifest["merlin_systems"] = str(Path(merlin_repo).resolve())
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     return manifest
 
@@ -476,6 +502,7 @@ def run(cfg: ExportConfig) -> int:
         "catalogue_bf16": manifest["checks"]["catalogue_bf16"],
         "ann": manifest["checks"]["ann"],
         "artifact_bytes": manifest["artifact_bytes"],
+        "merlin_systems": manifest.get("merlin_systems"),
         "seconds": manifest["seconds"],
     }
     print(json.dumps(summary, indent=2))
