@@ -45,7 +45,7 @@ def test_the_committed_config_names_every_setting_of_the_check():
     params = recommend_parameters(project_repo())
     assert params["candidates"] == "auto"
     assert int(params["ann_candidates"]) > 0 and 0 < float(params["ann_min_recall"]) <= 1
-    assert params["ann_index"] == "HNSW32" and int(params["ann_ef_search"]) > 0
+    assert params["ann_index"] == "auto" and int(params["ann_ef_search"]) > 0
 
 
 @pytest.mark.parametrize(

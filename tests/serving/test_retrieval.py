@@ -66,3 +66,26 @@ def test_imports_only_numpy_and_faiss():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported == {"numpy", "faiss"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "n_items", "want"),
+    [
+        ("auto", 9_724, "Flat"),
+        ("auto", retrieval.FLAT_MAX_ITEMS, "Flat"),
+        ("auto", retrieval.FLAT_MAX_ITEMS + 1, "HNSW32"),
+        ("HNSW32", 10, "HNSW32"),
+        ("Flat", 10**7, "Flat"),
+    ],
+)
+def test_auto_index_is_exhaustive_up_to_its_limit(spec, n_items, want):
+    assert retrieval.index_spec(spec, n_items) == want
+
+
+def test_auto_builds_the_exact_search_for_a_small_catalogue():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(0)
+    items = rng.standard_normal((500, 8)).astype(np.float32)
+    query = rng.standard_normal((1, 8)).astype(np.float32)
+    found = retrieval.search(retrieval.build_index(items, "auto"), query, 50, 16)[0]
+    assert found.tolist() == np.argsort(-(items @ query[0]), kind="stable")[:50].tolist()
