@@ -7,6 +7,13 @@ neumf) and ``recommend`` (top-K for one raw userId). For each model x protocol (
 and p50/p90/p99 latency, plus the server's own mean queue and compute time per request from its
 statistics endpoint (summed over the composing models of an ensemble or BLS model).
 
+With ``--merlin-repo`` (what ``ncf export --with merlin-systems`` wrote), merlin-systems' own
+serving of the same model (``merlin_ncf``: its executor model, the Workflow and the TorchScript
+model) is measured in the same run, on the same grid and ids, beside ours, on a second server
+started once the first has stopped. Its model does not batch (dims ``[-1]``), so perf_analyzer's
+``-b`` does not apply to it: a run with ``--merlin-repo`` loads every model with the tritonclient
+threads.
+
 The load comes from Triton's perf_analyzer 2.51 (``bench/setup_perf_analyzer.sh`` builds it in
 ``.venv-pa``; fed with real ids through ``--input-data``) when it runs here, else from the
 project's own bounded tritonclient generator (threads, one client each); the ``generator`` column
@@ -39,7 +46,15 @@ from ncf.bench.entry import BenchError, Plot, Results
 from ncf.bench.pa_input import pa_input_data
 from ncf.core import names
 from ncf.core.config import DEFAULT_SEED, Config, flag, setting
-from ncf.serving.client import PROTOCOLS, IdPool, Inputs, connect, infer_inputs
+from ncf.serving.client import (
+    PROTOCOLS,
+    IdPool,
+    Inputs,
+    cast_inputs,
+    config_input_types,
+    connect,
+    infer_inputs,
+)
 from ncf.serving.server import COMPOSING_MODELS
 
 PA_DEFAULT = Path(__file__).resolve().parents[1] / ".venv-pa" / "bin" / "pa"
@@ -60,6 +75,7 @@ COLUMNS = (
     "errors",
 )
 MODELS = (names.MODEL_NEUMF, names.MODEL_ENSEMBLE, names.MODEL_RECOMMEND)
+MERLIN_STEPS = ("0_transformworkflowtriton", "1_predictpytorchtriton")  # merlin-systems' names
 # auto: perf_analyzer when it runs here, else the project's own tritonclient threads
 GENERATORS = ("auto", "perf_analyzer", "tritonclient")
 # Models each benchmarked model calls (they must be loaded too).
@@ -70,6 +86,7 @@ STATS_MODELS = {
     names.MODEL_NEUMF: (names.MODEL_NEUMF,),
     names.MODEL_ENSEMBLE: (names.MODEL_ENSEMBLE, names.MODEL_WORKFLOW, names.MODEL_NEUMF),
     names.MODEL_RECOMMEND: (names.MODEL_RECOMMEND,),
+    names.MODEL_MERLIN: (names.MODEL_MERLIN,),  # its executor model calls the steps by BLS
 }
 
 
@@ -337,6 +354,11 @@ class TritonBench(Config):
     warmup: float = setting(0.5, help="unmeasured seconds per point first")
     max_requests: int = setting(100_000, help="cap per point (threads)")
     k: int = setting(10, help="recommendations per `recommend` request")
+    merlin_repo: Path | None = setting(
+        None,
+        help="merlin-systems' repository (`ncf export --with merlin-systems`): its merlin_ncf "
+        "measured beside ours in this run (unset: not measured)",
+    )
     generator: str = setting(
         "auto",
         choices=GENERATORS,
@@ -357,10 +379,10 @@ class TritonBench(Config):
 CONFIG = TritonBench
 
 
-def points(args: TritonBench) -> list[tuple[str, str, int, int]]:
+def points(args: TritonBench, models: Sequence[str]) -> list[tuple[str, str, int, int]]:
     """(model, protocol, batch, concurrency) to measure; ``recommend`` takes one user per request."""
     out = []
-    for model in args.models:
+    for model in models:
         batches = [1] if model == names.MODEL_RECOMMEND else args.batch_sizes
         for protocol in args.protocols:
             out += [(model, protocol, b, c) for b in batches for c in args.concurrency]
@@ -373,6 +395,17 @@ def _validate(args: TritonBench) -> None:
         raise ValueError(f"--batch-sizes/--concurrency {bad}: every value must be >= 1")
     if args.duration <= 0 or args.warmup < 0:
         raise ValueError(f"--duration {args.duration} / --warmup {args.warmup}: need > 0 and >= 0")
+    if args.merlin_repo is not None:
+        if not (args.merlin_repo / names.MODEL_MERLIN / "config.pbtxt").is_file():
+            raise ValueError(
+                f"--merlin-repo {args.merlin_repo}: no {names.MODEL_MERLIN}/config.pbtxt; write "
+                "it with `ncf export ... --with merlin-systems --merlin-repo DIR`"
+            )
+        if args.generator == "perf_analyzer":
+            raise ValueError(
+                f"--generator perf_analyzer with --merlin-repo: {names.MODEL_MERLIN} does not "
+                "batch (perf_analyzer's -b); use --generator tritonclient (or auto)"
+            )
     if args.generator == "perf_analyzer" and not pa_available(args.perf_analyzer):
         raise FileNotFoundError(
             f"{args.perf_analyzer} does not run: build it with "
@@ -387,8 +420,10 @@ def measure(
     use_pa: bool,
     args: TritonBench,
     failures: list[str],
+    types: dict[str, str] | None = None,
 ) -> dict:
-    """One row: the load from perf_analyzer or the own generator, plus server statistics."""
+    """One row: the load from perf_analyzer or the own generator, plus server statistics;
+    ``types`` casts the requests' inputs (input name -> Triton datatype)."""
     model, protocol, batch, conc = point
     url = server.http_url if protocol == "http" else server.grpc_url
     stats = ServerStats(server.http_url, STATS_MODELS[model])
@@ -414,7 +449,9 @@ def measure(
             failures.append(f"{model}/{protocol}/b{batch}/c{conc}: {str(exc).splitlines()[-1]}")
     if res is None:
         requests = [
-            pool.inputs(model, batch, args.k, np.random.default_rng(args.seed + i))
+            cast_inputs(
+                pool.inputs(model, batch, args.k, np.random.default_rng(args.seed + i)), types or {}
+            )
             for i in range(16)
         ]
         res = run_threads(
@@ -427,29 +464,46 @@ def measure(
     return row
 
 
-def run(args: TritonBench) -> Results:
+def _serve_and_measure(
+    repo: Path, models: Sequence[str], load: Sequence[str], use_pa: bool, args, failures: list
+) -> list[dict]:
+    """The rows of ``models`` on a server of ``repo`` that loads ``load``."""
     from ncf.serving.server import TritonServer
 
-    use_pa = args.generator == "perf_analyzer" or (
-        args.generator == "auto" and pa_available(args.perf_analyzer)
-    )
-    load = sorted({m for model in args.models for m in (model, *COMPOSING[model])})
     rows: list[dict] = []
-    pa_failures: list[str] = []
-    with TritonServer(args.repo, models=load) as server:
-        pool = IdPool(args.repo)
-        for point in points(args):
-            rows.append(measure(server, pool, point, use_pa, args, pa_failures))
+    # merlin_ncf takes raw ids in the dtype the Workflow was fit on (INT32 or INT64)
+    types = {m: config_input_types(repo / m) for m in models if m == names.MODEL_MERLIN}
+    with TritonServer(repo, models=list(load)) as server:
+        pool = IdPool(args.repo)  # our export's ids: the merlin export has the same vocabulary
+        for point in points(args, models):
+            rows.append(measure(server, pool, point, use_pa, args, failures, types.get(point[0])))
             r = rows[-1]
             print(
-                f"{r['model']:9s} {r['protocol']:4s} b={r['batch']:<5d} c={r['concurrency']:<3d}"
+                f"{r['model']:10s} {r['protocol']:4s} b={r['batch']:<5d} c={r['concurrency']:<3d}"
                 f" {r['samples_per_s']:>12,.0f} samples/s  p50 {r['lat_p50_ms']:.2f} ms"
                 f"  ({r['generator']})",
                 file=sys.stderr,
                 flush=True,
             )
+    return rows
+
+
+def run(args: TritonBench) -> Results:
+    use_pa = args.merlin_repo is None and (
+        args.generator == "perf_analyzer"
+        or (args.generator == "auto" and pa_available(args.perf_analyzer))
+    )
+    load = sorted({m for model in args.models for m in (model, *COMPOSING[model])})
+    pa_failures: list[str] = []
+    rows = _serve_and_measure(args.repo, args.models, load, use_pa, args, pa_failures)
+    if args.merlin_repo is not None:
+        steps = [m for m in MERLIN_STEPS if (args.merlin_repo / m / "config.pbtxt").is_file()]
+        rows += _serve_and_measure(
+            args.merlin_repo, [names.MODEL_MERLIN], [names.MODEL_MERLIN, *steps], False, args, []
+        )
     extra = {
         "repo": str(args.repo.resolve()),
+        "merlin_repo": str(args.merlin_repo.resolve()) if args.merlin_repo else None,
         "server": "tritonserver 2.51.0 (nvidia-pytriton), "
         "python backend, loopback; client and server share this machine's cores",
         "settings": {k: getattr(args, k) for k in ("duration", "warmup", "max_requests", "k")},

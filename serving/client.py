@@ -9,6 +9,7 @@ over HTTP or gRPC alike. ``IdPool`` draws valid ids from an exported repository.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +49,24 @@ def as_inputs(inputs: Inputs | Mapping[str, np.ndarray]) -> Inputs:
     from tritonclient.utils import np_to_triton_dtype
 
     return [(name, a, np_to_triton_dtype(a.dtype)) for name, a in inputs.items()]
+
+
+def config_input_types(model_dir: str | os.PathLike) -> dict[str, str]:
+    """Input name -> Triton datatype (``"INT32"``, ...) that ``model_dir/config.pbtxt`` declares."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    config = text_format.Parse((Path(model_dir) / "config.pbtxt").read_text(), pb.ModelConfig())
+    return {i.name: pb.DataType.Name(i.data_type).removeprefix("TYPE_") for i in config.input}
+
+
+def cast_inputs(inputs: Inputs, types: Mapping[str, str]) -> Inputs:
+    """``inputs`` with each array cast to the Triton datatype ``types`` names for it (others kept)."""
+    out = []
+    for name, array, dtype in inputs:
+        dtype = types.get(name, dtype)
+        out.append((name, array.astype(np.dtype(dtype.lower()), copy=False), dtype))
+    return out
 
 
 def infer_inputs(module: ModuleType, inputs: Inputs | Mapping[str, np.ndarray]) -> list:
@@ -133,7 +152,8 @@ class IdPool:
 
     def inputs(self, model: str, batch: int, k: int, rng: np.random.Generator) -> Inputs:
         """One valid request's inputs for ``model``: ``neumf`` takes model ids, ``workflow`` and
-        the ``ncf`` ensemble raw ids, ``recommend`` one raw user (``batch`` is ignored)."""
+        the ``ncf`` ensemble raw ids ``[batch, 1]``, merlin-systems' ``merlin_ncf`` raw ids
+        ``[batch]``, ``recommend`` one raw user (``batch`` is ignored)."""
         if model == names.MODEL_NEUMF:
             u, i = self.model_ids(rng, batch)
             return [(names.INPUT_USER, u, "INT64"), (names.INPUT_ITEM, i, "INT64")]
@@ -142,7 +162,10 @@ class IdPool:
             return [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
         if model == names.MODEL_RECOMMEND:
             return self.recommend_inputs(int(rng.choice(self.raw_users)), k)
+        if model == names.MODEL_MERLIN:  # merlin-systems' executor model: raw ids [B]
+            u, i = self.raw_ids(rng, batch)
+            return [(names.RAW_USER, u[:, 0], "INT64"), (names.RAW_ITEM, i[:, 0], "INT64")]
         raise ValueError(
             f"model {model!r}: requests are built for {names.MODEL_NEUMF}, {names.MODEL_WORKFLOW},"
-            f" {names.MODEL_ENSEMBLE} and {names.MODEL_RECOMMEND}"
+            f" {names.MODEL_ENSEMBLE}, {names.MODEL_RECOMMEND} and {names.MODEL_MERLIN}"
         )

@@ -300,6 +300,13 @@ class ExportConfig(Config):
     merlin_repo: Path = setting(
         Path("triton_repo_merlin"), help="where --with merlin-systems writes its repository"
     )
+    merlin_predict: str = setting(
+        merlin_systems.PREDICT[0],
+        choices=merlin_systems.PREDICT,
+        help="where --with merlin-systems runs the TorchScript model: python (inside its executor "
+        "model; any tritonserver) or pytorch (PredictPyTorch's libtorch model; a tritonserver "
+        "with the pytorch backend, e.g. NGC's Triton image)",
+    )
 
     def check(self) -> None:
         """Raise ValueError naming the flag of a missing or invalid value."""
@@ -330,6 +337,7 @@ def export_repository(
     keep_versions: int = ExportConfig.keep_versions,
     export_with: Sequence[str] = (),
     merlin_repo: str | os.PathLike = ExportConfig.merlin_repo,
+    merlin_predict: str = ExportConfig.merlin_predict,
     config: dict | None = None,
 ) -> dict:
     """Export ``checkpoint`` and the ETL tables of ``data`` into a new version of ``repo``.
@@ -390,7 +398,7 @@ def export_repository(
     diffs["foldin"] = foldin.check_foldin(model, fold_bytes, meta, seed + 5)
     if "merlin-systems" in export_with:  # checked here, written once ours is
         merlin, diffs["merlin_systems"] = merlin_systems.checked_ensemble(
-            model, data, meta, check_samples, seed + 6
+            model, data, meta, check_samples, seed + 6, merlin_predict
         )
     bad = {k: v for k, v in diffs.items() if not v <= tolerance}
     if bad:

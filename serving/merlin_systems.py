@@ -3,11 +3,14 @@
 merlin-systems 23.08 builds an inference graph from the ETL's saved NVTabular Workflow
 (``TransformWorkflow``: raw userId/movieId -> model ids) and a TorchScript model
 (``PredictPyTorch``: model ids -> probability), and exports it with its executor runtime: one
-python-backend model (``MERLIN_MODEL``) runs the graph and calls, by BLS, the Workflow's python
-model and the TorchScript model on Triton's pytorch (libtorch) backend. It writes the same
-probabilities as our ``ncf`` ensemble for ids in the vocabulary (``check_in_process`` compares
-them in this process; tests/serving/test_merlin_systems.py through a real tritonserver where it
-has the pytorch backend). docs/MERLIN_SYSTEMS.md says what runs where.
+python-backend model (``MERLIN_MODEL``) runs the graph and calls the Workflow's python model by
+BLS. The TorchScript model runs where ``predict`` says (``PREDICT``): "python" inside the executor
+model itself (``merlin_torchscript.PredictTorchScript``; any tritonserver with the python
+backend), "pytorch" as merlin-systems' own libtorch model, called by BLS (a server with Triton's
+pytorch backend). It writes the same probabilities as our ``ncf`` ensemble for ids in the
+vocabulary (``check_in_process`` compares them in this process;
+tests/serving/test_merlin_systems.py through a real tritonserver). docs/MERLIN_SYSTEMS.md says
+what runs where.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from ncf.models.neumf import NeuMF
 from ncf.serving import tables
 from ncf.serving.served import ServingNeuMF
 
-MERLIN_MODEL = "merlin_ncf"  # the executor model: inputs userId, movieId; output score
+MERLIN_MODEL = names.MODEL_MERLIN  # the executor model: inputs userId, movieId; output score
 MARKER = ".ncf-merlin-systems"  # marks a repository this module wrote (it may replace it)
+# Where the TorchScript model runs: inside the executor's python model, or on the libtorch backend.
+PREDICT = ("python", "pytorch")
 
 
 class MerlinNeuMF(nn.Module):
@@ -63,12 +68,30 @@ def import_systems():
     return Ensemble, TransformWorkflow, PredictPyTorch
 
 
-def build_ensemble(model: NeuMF, etl: Path):
-    """merlin-systems' Ensemble: the ETL's Workflow, then the scripted model."""
+def _predict_op(predict: str):
+    """The operator class that runs the TorchScript model where ``predict`` says."""
+    if predict not in PREDICT:
+        raise ValueError(f"--merlin-predict {predict!r}: choose one of {', '.join(PREDICT)}")
+    _, _, PredictPyTorch = import_systems()
+    if predict == "pytorch":
+        return PredictPyTorch
+    import cloudpickle
+
+    from ncf.serving import merlin_torchscript
+
+    # By value: the executor's python stub unpickles the class without importing this project.
+    cloudpickle.register_pickle_by_value(merlin_torchscript)
+    return merlin_torchscript.PredictTorchScript
+
+
+def build_ensemble(model: NeuMF, etl: Path, predict: str = PREDICT[0]):
+    """merlin-systems' Ensemble: the ETL's Workflow, then the scripted model (run where
+    ``predict`` says: one of ``PREDICT``)."""
     import nvtabular as nvt
     from merlin.schema import ColumnSchema, Schema
 
-    Ensemble, TransformWorkflow, PredictPyTorch = import_systems()
+    Ensemble, TransformWorkflow, _ = import_systems()
+    PredictPyTorch = _predict_op(predict)
     workflow = nvt.Workflow.load(str(etl / names.WORKFLOW_DIR))
     user_column, item_column = workflow.output_schema.column_names  # Categorify's outputs
     scripted = torch.jit.script(MerlinNeuMF(model, user_column, item_column).eval())
@@ -105,9 +128,11 @@ def check_in_process(ensemble, model: NeuMF, raw: dict, users, items) -> float:
     return float(np.abs(theirs - ours).max())
 
 
-def checked_ensemble(model: NeuMF, etl: Path, meta: dict, samples: int, seed: int):
+def checked_ensemble(
+    model: NeuMF, etl: Path, meta: dict, samples: int, seed: int, predict: str = PREDICT[0]
+):
     """(merlin-systems' Ensemble, its max abs difference from ours on ``samples`` seeded pairs)."""
-    ensemble = build_ensemble(model, etl)
+    ensemble = build_ensemble(model, etl, predict)
     return ensemble, check_in_process(ensemble, model, *sample_pairs(etl, meta, samples, seed))
 
 

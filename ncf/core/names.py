@@ -59,6 +59,9 @@ MODEL_CATALOGUE_LIBTORCH = "neumf_catalogue_libtorch"
 CPU_MODELS = (MODEL_WORKFLOW, MODEL_NEUMF, MODEL_CATALOGUE, MODEL_ENSEMBLE, MODEL_RECOMMEND)
 # Their twins on Triton's official backends (NGC tritonserver only).
 OFFICIAL_BACKEND_MODELS = (MODEL_NEUMF_LIBTORCH, MODEL_NEUMF_ONNX, MODEL_CATALOGUE_LIBTORCH)
+# merlin-systems' executor model in its own repository (`ncf export --with merlin-systems`):
+# raw userId, movieId INT64 [B] -> score FP32 [B].
+MODEL_MERLIN = "merlin_ncf"
 
 # Export artifacts (written into triton_repo/<model>/1/ by `ncf export`, never committed).
 ARTIFACT_TORCHSCRIPT = "model.pt"
