@@ -12,7 +12,12 @@ The model (docs/SCALING.md says where each input comes from):
   NICs between nodes (NCCL runs one ring per NIC, so a node's rings leave it through all of them);
   bandwidth only (no latency term), and no overlap with compute (the embedding tables, nearly all
   of the bytes, get their gradients last in the backward pass);
-* samples/s = ``B / (compute + all-reduce)``.
+* samples/s = ``B / (compute + all-reduce)``;
+* with the tables sharded by rows (``--shard-embeddings``): each rank updates only its block of
+  the tables (``c`` loses the rest of their per-parameter traffic), DDP all-reduces the MLP
+  alone, and the lookups' all-to-alls send each rank's remote samples' ids, rows and row
+  gradients (``alltoall_seconds``: measured bytes per remote sample, over NVLink inside a node
+  and the rank's own NIC to other nodes).
 
 Pure functions; ``main`` feeds them the repository's measurements and the published figures.
 """
@@ -40,6 +45,9 @@ NICS_PER_NODE = 8
 # gradient's zero fill (4), fused Adam (read param, grad, two moments: 16; write three: 12), DDP's
 # copies of the gradient into its bucket and back (16) and the hook's division (8).
 REPLICATED_BYTES_PER_PARAM = 56
+# The same for a row of a sharded table, updated by its owner only: the zero fill (4) and fused
+# Adam (28); DDP's bucket copies and the hook's division are gone.
+SHARDED_BYTES_PER_PARAM = 32
 # MLPerf's expanded MovieLens (ml-20mx16x32; docs/FACTS.md) and ML-20m.
 ML20M = {"users": 138_493, "items": 26_744, "positives": 20_000_263 - 138_493}
 EXPANDED = {"users": 2_197_225, "items": 855_776, "positives": 1_223_962_043}
@@ -73,11 +81,32 @@ def fit_replicated(one_gpu_step: float, step: float, ranks: int, allreduce: floa
     return (step - allreduce - one_gpu_step / ranks) / (1 - 1 / ranks)
 
 
+def alltoall_seconds(
+    batch: int, ranks: int, bytes_per_sample: float, nvlink: float, nic: float, gpus_per_node: int
+) -> float:
+    """Seconds of one step's table all-to-alls: each rank looks up ``batch / p`` samples, of whose
+    rows ``(p - 1) / p`` live on other ranks, each costing ``bytes_per_sample`` sent; of those
+    ranks ``(p - g) / (p - 1)`` are on other nodes, reached through the rank's NIC (``nic``), the
+    others over NVLink, both at once (bandwidth only)."""
+    if ranks == 1:
+        return 0.0
+    remote = batch / ranks * (ranks - 1) / ranks * bytes_per_sample
+    off_node = max(ranks - gpus_per_node, 0) / (ranks - 1)
+    return max(remote * (1 - off_node) / nvlink, remote * off_node / nic)
+
+
+def table_params(
+    users: int, items: int, factors: int = 64, layers: tuple[int, ...] = (256, 256, 128, 64)
+) -> int:
+    """Parameters of NeuMF's four embedding tables (what ``--shard-embeddings`` shards)."""
+    return (users + items) * (factors + layers[0] // 2)
+
+
 def neumf_params(
     users: int, items: int, factors: int = 64, layers: tuple[int, ...] = (256, 256, 128, 64)
 ) -> int:
     """Parameters of NeuMF (``ncf.models.neumf``): four embedding tables, the MLP, the output."""
-    embeddings = (users + items) * (factors + layers[0] // 2)
+    embeddings = table_params(users, items, factors, layers)
     mlp = sum(a * b + b for a, b in pairwise(layers))
     return embeddings + mlp + layers[-1] + factors + 1
 
@@ -157,6 +186,25 @@ def _measured(results: Path) -> tuple[dict, dict]:
     return steps, per_param
 
 
+def alltoall_bytes_per_sample(results: Path) -> float:
+    """Bytes a rank's table all-to-alls send per sample of its batch share whose rows another rank
+    owns, on ML-20m-sized data (train-shard.json's sharded points): the largest, that of the
+    smallest share (fewer repeated ids to send once)."""
+    rows = textfile.read_json(results / "train-shard.json")["rows"]
+    per = [
+        r["alltoall_mb_per_step"] * 1e6 / (r["batch"] / r["procs"] * (r["procs"] - 1) / r["procs"])
+        for r in rows
+        if r.get("shard_embeddings")
+    ]
+    return max(per)
+
+
+def alltoall_bytes_bound(factors: int = 64, layers: tuple[int, ...] = (256, 256, 128, 64)) -> int:
+    """Bytes per remote sample when no id repeats: for each of the four tables its int64 id, its
+    row forward and the row's gradient backward, fp32."""
+    return 4 * 8 + 2 * 4 * (2 * factors + layers[0])
+
+
 def predict(results: Path = RESULTS_DIR, ranks=(1, 8, 16, 32, 64)) -> list[dict]:
     """Samples/s on H200 nodes per GPU count, model size and all-reduce (AMP compute).
 
@@ -165,14 +213,17 @@ def predict(results: Path = RESULTS_DIR, ranks=(1, 8, 16, 32, 64)) -> list[dict]
     (the same widths per sample whatever the table sizes).
     """
     steps, per_param = _measured(results)
+    # ML-20m: measured; the expanded tables: the bound (its ids repeat less within a batch)
+    remote = {"ML-20m": alltoall_bytes_per_sample(results), "expanded": alltoall_bytes_bound()}
     c20 = {row["precision"]: row["c_ms"] / 1e3 for row in validate_on_dle()}["amp"]
     per_sample = steps["amp"] - c20
-    sizes = {"ML-20m": _ml20m_params(),
-             "expanded": neumf_params(EXPANDED["users"] + CATEGORIFY_RESERVED,
-                                      EXPANDED["items"] + CATEGORIFY_RESERVED)}  # fmt: skip
+    r = CATEGORIFY_RESERVED
+    sizes = {"ML-20m": (ML20M["users"] + r, ML20M["items"] + r),
+             "expanded": (EXPANDED["users"] + r, EXPANDED["items"] + r)}  # fmt: skip
     rows = []
-    for name, params in sizes.items():
-        c = c20 + (params - sizes["ML-20m"]) * REPLICATED_BYTES_PER_PARAM / H200_HBM
+    for name, (users, items) in sizes.items():
+        params, tables = neumf_params(users, items), table_params(users, items)
+        c = c20 + (params - _ml20m_params()) * REPLICATED_BYTES_PER_PARAM / H200_HBM
         for p in ranks:
             link = ring_link(p, GPUS_PER_NODE, NVLINK4_GPU, NDR_NIC, NICS_PER_NODE)
             row = {"model": name, "params": params, "gpus": p, "link_gb_s": link / 1e9,
@@ -182,8 +233,24 @@ def predict(results: Path = RESULTS_DIR, ranks=(1, 8, 16, 32, 64)) -> list[dict]
                 row[f"samples_per_s_{comp}"] = samples_per_second(s, p, link)
                 payload = params * per_param[comp]
                 row[f"allreduce_ms_{comp}"] = 1e3 * allreduce_seconds(payload, p, link)
+            row.update(_sharded(c, per_sample, params, tables, p, link, remote[name]))
             rows.append(row)
     return rows
+
+
+def _sharded(
+    c: float, per_sample: float, params: int, tables: int, p: int, link: float, remote: float
+) -> dict:
+    """The sharded option's figures at ``p`` GPUs (``predict``'s row keys)."""
+    if p == 1:  # nothing to shard
+        s = Setup(BATCH, c + per_sample, c, params, 4)
+        return {"alltoall_ms": 0.0, "samples_per_s_sharded": samples_per_second(s, 1, link)}
+    # each rank's table traffic: its block only, without DDP's copies
+    saved = tables * (REPLICATED_BYTES_PER_PARAM - SHARDED_BYTES_PER_PARAM / p) / H200_HBM
+    a2a = alltoall_seconds(BATCH, p, remote, NVLINK4_GPU, NDR_NIC, GPUS_PER_NODE)
+    mlp = allreduce_seconds((params - tables) * 4, p, link)  # DDP's fp32 all-reduce of the rest
+    step = compute_seconds(c + per_sample, c, p) - saved + mlp + a2a
+    return {"alltoall_ms": 1e3 * a2a, "samples_per_s_sharded": BATCH / step}
 
 
 def _print_sampler() -> None:
@@ -204,7 +271,9 @@ class ScalingModel(Config):
     """The step-time model of docs/SCALING.md, fed with the measured steps and bytes."""
 
     results_dir: Path = setting(
-        RESULTS_DIR, help="where train-cuda.json (one GPU's step) and train-comm.json (bytes) are"
+        RESULTS_DIR,
+        help="where train-cuda.json (one GPU's step), train-comm.json and train-shard.json "
+        "(bytes) are",
     )
 
 
@@ -221,13 +290,15 @@ def run(cfg: ScalingModel) -> int:
               f"{r['predicted_16'] / 1e6:.1f}M | {r['published_16'] / 1e6:.1f}M |")  # fmt: skip
     print()
     print("| model | GPUs | ring GB/s | compute ms | all-reduce ms fp32 / fp16 | "
-          "samples/s fp32 DDP | samples/s fp16 compression |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "samples/s fp32 DDP | samples/s fp16 compression | all-to-all ms sharded | "
+          "samples/s sharded |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in predicted:
         link = f"{r['link_gb_s']:.0f}" if r["gpus"] > 1 else "-"
         print(f"| {r['model']} ({r['params'] / 1e6:.1f}M) | {r['gpus']} | {link} | "
               f"{r['compute_ms']:.2f} | {r['allreduce_ms_none']:.2f} / {r['allreduce_ms_fp16']:.2f}"
-              f" | {r['samples_per_s_none'] / 1e6:.1f}M | {r['samples_per_s_fp16'] / 1e6:.1f}M |")  # fmt: skip
+              f" | {r['samples_per_s_none'] / 1e6:.1f}M | {r['samples_per_s_fp16'] / 1e6:.1f}M | "
+              f"{r['alltoall_ms']:.2f} | {r['samples_per_s_sharded'] / 1e6:.1f}M |")  # fmt: skip
     print()
     _print_sampler()
     return 0

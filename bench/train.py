@@ -43,9 +43,11 @@ COLUMNS = (
     "batch",
     "precision",
     "grad_compression",
+    "shard_embeddings",
     "samples_per_s",
     "step_s",
     "allreduce_mb_per_step",
+    "alltoall_mb_per_step",
     "sent_mb_per_step",
     "peak_rss_gib",
     "peak_gpu_gib",
@@ -99,6 +101,11 @@ class TrainBench(Config):
         choices=GRAD_COMPRESSIONS,
         help="what DDP all-reduces at each point of several processes (`ncf train "
         "--grad-compression`); one process has no all-reduce and runs none only",
+    )
+    shard_embeddings: bool = flag(
+        False,
+        help="also time each point of several processes with the tables sharded by rows (`ncf "
+        "train --shard-embeddings`): the bytes its all-to-alls send per step",
     )
     steps: int = setting(3, help="timed optimizer steps per point")
     warmup: int = setting(1, help="untimed steps first")
@@ -183,24 +190,27 @@ def _point(args: TrainBench, data: Path, **fields: object) -> TrainPoint:
     return TrainPoint(data=str(data), device=args.device, **{"epochs": 0, **common, **fields})
 
 
-def _grid(args: TrainBench, precisions: list[str]) -> Iterator[tuple[int, int, str, str]]:
-    """(processes, global batch, precision, compression) of every step point, in run order."""
+def _grid(args: TrainBench, precisions: list[str]) -> Iterator[tuple[int, int, str, str, bool]]:
+    """(processes, global batch, precision, compression, sharded) of every step point, in run
+    order."""
     for procs in args.procs:
         compressions = args.grad_compressions if procs > 1 else ["none"]  # 1: no all-reduce
+        shards = [False, True] if args.shard_embeddings and procs > 1 else [False]
         for batch in args.batch_sizes:
             if args.dle_baseline and procs == 1:
-                yield from ((procs, batch, p, "none") for p in dle_precisions(args.device))
+                yield from ((procs, batch, p, "none", False) for p in dle_precisions(args.device))
             for precision in precisions:
-                yield from ((procs, batch, precision, c) for c in compressions)
+                yield from ((procs, batch, precision, c, s) for c in compressions for s in shards)
 
 
 def _step_points(args: TrainBench, data: Path, precisions: list[str]) -> list[dict]:
     """Samples/s and bytes per step of each point of the grid, each in fresh processes."""
     rows = []
-    for procs, batch, precision, compression in _grid(args, precisions):
+    for procs, batch, precision, compression, shard in _grid(args, precisions):
         point = _point(
-            args, data, mode="steps", batch=batch, precision=precision, grad_compression=compression
-        )
+            args, data, mode="steps", batch=batch, precision=precision,
+            grad_compression=compression, shard_embeddings=shard,
+        )  # fmt: skip
         res, peak = _launch(point, procs)
         rows.append({**res, "procs": procs, "peak_rss_gib": round(peak, 3)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

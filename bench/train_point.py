@@ -50,6 +50,8 @@ class TrainPoint:
         Epochs of mode ``fit`` (0: ``TrainConfig``'s default).
     grad_compression
         What DDP all-reduces (``--grad-compression``: none, fp16, bf16).
+    shard_embeddings
+        Tables sharded by rows across the processes (``--shard-embeddings``).
     result
         Path of the result JSON (empty: not written).
     """
@@ -64,6 +66,7 @@ class TrainPoint:
     micro_batch: int
     epochs: int
     grad_compression: str = "none"
+    shard_embeddings: bool = False
     result: str = ""
 
     def __post_init__(self) -> None:

@@ -59,21 +59,33 @@ def bytes_written() -> int | None:
     return int(fields["wchar"])
 
 
-def comm_per_step(tr: Trainer, payload0: int, written0: int | None, steps: int) -> dict:
-    """Bytes per step since ``payload0``/``written0``: the all-reduce payload the trainer's hook
-    counted and what this rank wrote to its sockets, each averaged over the ranks."""
+def exchanged(tr: Trainer) -> int:
+    """Bytes the sharded tables' all-to-alls sent from this rank so far (0: replicated tables)."""
+    return tr.model.exchange.bytes if tr.sharded else 0
+
+
+def comm_per_step(tr: Trainer, start: tuple[int, int, int | None], steps: int) -> dict:
+    """Bytes per step since ``start`` (all-reduce payload, all-to-all bytes, bytes written): the
+    payload the trainer's DDP hook counted, what the sharded tables' all-to-alls sent and what
+    this rank wrote to its sockets, each averaged over the ranks."""
+    payload0, exchange0, written0 = start
     counter = tr.comm
     payload = (counter.payload_bytes - payload0) if counter is not None else 0
     written = bytes_written()
     sent = 0 if counter is None or written0 is None or written is None else written - written0
     # Ranks may differ (a collective's algorithm need not spread the traffic evenly): the mean.
-    mean = all_reduce_sum(torch.tensor([payload, sent], dtype=torch.float64), tr.env)
-    mean = (mean / tr.env.world_size / steps).tolist()
+    totals = torch.tensor([payload, exchanged(tr) - exchange0, sent], dtype=torch.float64)
+    mean = (all_reduce_sum(totals, tr.env) / tr.env.world_size / steps).tolist()
     return {
         "grad_compression": tr.cfg.grad_compression,
+        "shard_embeddings": bool(tr.sharded),
         "allreduce_mb_per_step": round(mean[0] / 1e6, 3),
-        "sent_mb_per_step": round(mean[1] / 1e6, 3) if written0 is not None else None,
-        "grad_params": sum(p.numel() for p in tr.model.parameters()),
+        "alltoall_mb_per_step": round(mean[1] / 1e6, 3),
+        "sent_mb_per_step": round(mean[2] / 1e6, 3) if written0 is not None else None,
+        # the parameters DDP all-reduces (sharded tables excluded)
+        "grad_params": sum(
+            p.numel() for n, p in tr.model.named_parameters() if n not in tr.sharded
+        ),
     }
 
 
@@ -91,7 +103,7 @@ def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
     for s in starts[:warmup]:
         tr.step(plan, s, min(batch, n), gen)
     _sync(env)
-    payload0, written0 = tr.comm.payload_bytes if tr.comm else 0, bytes_written()
+    start = (tr.comm.payload_bytes if tr.comm else 0, exchanged(tr), bytes_written())
     t0 = time.perf_counter()
     for s in starts[warmup:]:
         tr.step(plan, s, min(batch, n), gen)
@@ -102,7 +114,7 @@ def time_steps(tr: Trainer, warmup: int, steps: int) -> dict:
         "step_s": round(seconds / steps, 4),
         "epoch_plan_s": round(plan_s, 3),
         "micro_batch": -(-min(batch, n) // env.world_size // tr.micro_batches(batch)),
-        **comm_per_step(tr, payload0, written0, steps),
+        **comm_per_step(tr, start, steps),
     }
 
 
@@ -170,7 +182,9 @@ def build_trainer(point: TrainPoint, env: DistEnv, tmp: Path) -> Trainer:
         **epochs,
     )
     amp = point.precision in ("bf16", "amp")
-    opts = RunOptions(out=tmp, etl_dir=Path(point.data), amp=amp)
+    opts = RunOptions(
+        out=tmp, etl_dir=Path(point.data), amp=amp, shard_embeddings=point.shard_embeddings
+    )
     return Trainer(data, cfg, env, opts)
 
 

@@ -396,11 +396,6 @@ def _validate(args: TritonBench) -> None:
     if args.duration <= 0 or args.warmup < 0:
         raise ValueError(f"--duration {args.duration} / --warmup {args.warmup}: need > 0 and >= 0")
     if args.merlin_repo is not None:
-        if not (args.merlin_repo / names.MODEL_MERLIN / "config.pbtxt").is_file():
-            raise ValueError(
-                f"--merlin-repo {args.merlin_repo}: no {names.MODEL_MERLIN}/config.pbtxt; write "
-                "it with `ncf export ... --with merlin-systems --merlin-repo DIR`"
-            )
         if args.generator == "perf_analyzer":
             raise ValueError(
                 f"--generator perf_analyzer with --merlin-repo: {names.MODEL_MERLIN} does not "
@@ -489,6 +484,12 @@ def _serve_and_measure(
 
 
 def run(args: TritonBench) -> Results:
+    # checked when run, not when parsed: a command may name the folder an export will write
+    if args.merlin_repo and not (args.merlin_repo / names.MODEL_MERLIN / "config.pbtxt").is_file():
+        raise ValueError(
+            f"--merlin-repo {args.merlin_repo}: no {names.MODEL_MERLIN}/config.pbtxt; write "
+            "it with `ncf export ... --with merlin-systems --merlin-repo DIR`"
+        )
     use_pa = args.merlin_repo is None and (
         args.generator == "perf_analyzer"
         or (args.generator == "auto" and pa_available(args.perf_analyzer))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -119,6 +120,10 @@ def _import_before_group() -> None:
 # Every tensor handed to a collective, kept until the group is destroyed (see ``leave_group``):
 # a few small tensors per epoch (the loss sum, the evaluation sums).
 _COLLECTIVE_TENSORS: list[torch.Tensor] = []
+# The tensors of the latest collectives that run every step (the sharded tables' all-to-alls,
+# ``hold``). Mid-run a gloo thread that frees one just takes the GIL; the hazard is at the group's
+# destruction and at exit (``leave_group``), when only the latest collectives' work may be alive.
+_RECENT_TENSORS: deque[torch.Tensor] = deque(maxlen=16)
 
 
 def leave_group() -> None:
@@ -139,6 +144,13 @@ def leave_group() -> None:
     dist.destroy_process_group()
     gc.collect()
     _COLLECTIVE_TENSORS.clear()
+    _RECENT_TENSORS.clear()
+
+
+def hold(*tensors: torch.Tensor) -> None:
+    """Keep the tensors of a collective that runs every step until many later ones have run (or
+    the group is gone): never freed by a gloo worker thread (``leave_group``)."""
+    _RECENT_TENSORS.extend(tensors)
 
 
 def all_reduce_sum(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:

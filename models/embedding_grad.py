@@ -96,10 +96,13 @@ class _Lookup(torch.autograd.Function):
         return ctx.grads.add(ctx.key, ctx.like, index.reshape(-1), rows), None, None
 
 
-def lookup(table: nn.Embedding, index: torch.Tensor, grads: StepGradients | None) -> torch.Tensor:
+def lookup(table: nn.Module, index: torch.Tensor, grads: StepGradients | None) -> torch.Tensor:
     """``table(index)``; its gradient through ``grads`` when given (training) and the table has
     more rows than the lookup (a smaller table costs nn.Embedding's backward less than the row
-    sums cost here), else nn.Embedding's."""
-    if grads is None or not torch.is_grad_enabled() or table.num_embeddings <= index.numel():
+    sums cost here), else nn.Embedding's. A table that is not an ``nn.Embedding`` (a sharded one,
+    models/sharding.py) looks its rows up itself."""
+    if grads is None or not torch.is_grad_enabled() or not isinstance(table, nn.Embedding):
+        return table(index)
+    if table.num_embeddings <= index.numel():
         return table(index)
     return _Lookup.apply(table.weight, index, grads)

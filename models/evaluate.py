@@ -66,12 +66,18 @@ def evaluate_model(
     step = max(1, cap // per_user)
     sums = torch.zeros(3, dtype=torch.float64, device=env.device)  # hr, ndcg, users
     amp_dtype = torch.float16 if env.device.type == "cuda" else torch.bfloat16
-    for s in range(lo, hi, step):
+    # As many batches on every rank (the last ones empty where a shard is shorter): a model
+    # with sharded tables (models/sharding.py) looks rows up on every rank together.
+    longest = -(-n_users // env.world_size)  # users of the longest shard
+    for b in range(-(-longest // step)):
+        s = min(lo + b * step, hi)
         e = min(s + step, hi)
         items = torch.cat((data.test_items[s:e, None], data.eval_negatives[s:e]), dim=1)  # [u, 1+N]
         users = data.test_users[s:e].repeat_interleave(per_user)  # [u * (1+N)]
         with torch.autocast(env.device.type, dtype=amp_dtype, enabled=amp):
             scores = model(users, items.reshape(-1)).float().view(e - s, per_user)
+        if e == s:
+            continue
         hr, ndcg = hit_ndcg(scores[:, 0], scores[:, 1:], k)
         sums += torch.stack(
             (

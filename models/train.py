@@ -83,6 +83,11 @@ class TrainRunConfig(Config):
         f"it takes at most {BITMAP_FREE_FRACTION * 100:.0f} per cent of the device's free memory)",
     )
     progress: bool = flag(True, help="tqdm bar per epoch on a terminal (--no-progress: none)")
+    shard_embeddings: bool = flag(
+        False,
+        help="several processes: each rank keeps a block of every embedding table's rows, looked "
+        "up by all-to-all; the MLP stays replicated (docs/SCALING.md). Same result as without",
+    )
 
     @classmethod
     def base(cls, chosen: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +232,7 @@ def run_options(cfg: TrainRunConfig, env: DistEnv) -> RunOptions:
         progress=show_bar(cfg.progress, sys.stderr.isatty(), env.is_main),
         preset=cfg.preset,
         sampling_backend=cfg.sampling_backend,
+        shard_embeddings=cfg.shard_embeddings,
     )
 
 
@@ -247,7 +253,7 @@ def run(cfg: TrainRunConfig) -> int:
         trainer = Trainer(data, cfg.hp, env, opts)
         if initial is not None:  # a resumed run records it too, and continues from last.pt
             weights, opts.init_from = warm_start.start_from(
-                cfg.init_from, initial, data, trainer.model
+                cfg.init_from, initial, data, trainer.full_state()
             )
             start, initial = None if resuming else weights, None
         if resuming:

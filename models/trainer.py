@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ncf.core import faults
 from ncf.core.atomic import write_json
 from ncf.core.dllog import DLLogger
-from ncf.models import checkpoint, comm
+from ncf.models import checkpoint, comm, sharding
 from ncf.models.data import EtlData
 from ncf.models.distributed import DistEnv, all_reduce_sum, barrier
 from ncf.models.dropout import bits_supported, draw_keep_bits
@@ -76,6 +76,7 @@ class RunOptions:
     sampling_backend: str = "auto"
     pretrain: dict | None = None  # the pretraining runs' figures (ncf.models.pretrain.figures)
     init_from: dict | None = None  # where --init-from started (ncf.models.warm_start.start_from)
+    shard_embeddings: bool = False  # several processes: tables sharded by rows (models/sharding.py)
 
 
 def make_grad_scaler(enabled: bool) -> torch.cuda.amp.GradScaler:
@@ -123,12 +124,17 @@ class Trainer:
         self.device = env.device
         torch.manual_seed(cfg.seed)  # same initial weights on every rank
         model = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
+        # The tables' weights each rank keeps a block of (--shard-embeddings; [] replicated),
+        # cut before the move: only the blocks reach the device.
+        self.sharded = sharding.shard_tables(model, env) if self._shards() else []
         self.model: TrainedModel = model.to(self.device)
         # A CPU step of several micro-batches sends its embedding gradients into one buffer per
         # table and step (models/embedding_grad.py; set per step by ``step``). On CUDA a step is
         # one micro-batch by default.
         self.step_grads = StepGradients() if self.device.type == "cpu" else None
         self.model.step_grads = None
+        if self.sharded:  # their gradients come from the all-to-alls, not DDP's all-reduce
+            DDP._set_params_and_buffers_to_ignore_for_model(self.model, self.sharded)
         self.net = DDP(self.model, device_ids=self._ddp_ids()) if env.distributed else self.model
         # The gradient all-reduce's hook and its byte count (None: one process, no all-reduce).
         self.comm = comm.install(self.net, cfg.grad_compression, env) if env.distributed else None
@@ -147,6 +153,15 @@ class Trainer:
         self.test_result: dict | None = None  # with a valid split: best.pt scored once on test
         if self.device.type == "cpu":
             keep_freed_memory()  # after setup: its temporaries go back to the OS
+
+    def _shards(self) -> bool:
+        return self.opts.shard_embeddings and self.env.distributed
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """The model's state dict with whole tables, on every rank (every rank calls it)."""
+        if not self.sharded:
+            return self.model.state_dict()
+        return sharding.full_state(self.model, self.env, everywhere=True)
 
     def _ddp_ids(self) -> list[int] | None:
         return [self.device.index] if self.device.type == "cuda" else None
@@ -205,11 +220,10 @@ class Trainer:
                 jobs = [(out / checkpoint.BEST, self.state(epoch, metrics, full=False))]
             rec["elapsed"] = time.perf_counter() - clock
             self.history.append(rec)
+            last = self.state(epoch, metrics, full=True)  # every rank: sharded tables gather
             if self.env.is_main:
                 # best.pt before last.pt: a kill in between resumes from the previous epoch and redoes it.
-                saver.submit(
-                    [*jobs, (out / checkpoint.LAST, self.state(epoch, metrics, full=True))]
-                )
+                saver.submit([*jobs, (out / checkpoint.LAST, last)])
                 log.log(step=(epoch,), data={kk: v for kk, v in rec.items() if kk != "epoch"})
                 log.flush()
             if should_stop(self.history, self.cfg, valid):
@@ -313,6 +327,8 @@ class Trainer:
                 self.scaler.scale((bce + self.model.penalty()) * factor).backward()
             total += bce.detach()
         self.model.set_dropout_bits(None)
+        if self.sharded and self.scaler.is_enabled():  # one overflow skips the step everywhere
+            sharding.agree_on_overflow(self.model, self.env)
         faults.hit(faults.OPTIMIZER_STEP)  # crash tests: NCF_FAULT=optimizer_step:N
         self.scaler.step(self.opt)
         self.scaler.update()
@@ -346,8 +362,13 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, epoch: int, metrics: dict[str, float], full: bool) -> dict:
         """Checkpoint dict (docs/ARCHITECTURE.md); ``full`` adds what ``--resume`` needs."""
+        model = (
+            sharding.full_state(self.model, self.env)  # whole tables, on rank 0
+            if self.sharded
+            else {k: v.detach() for k, v in self.model.state_dict().items()}  # saver copies
+        )
         state = {
-            "model": {k: v.detach() for k, v in self.model.state_dict().items()},  # saver copies
+            "model": model,
             "config": self.model.cfg.to_dict(),
             "epoch": epoch,
             "metrics": metrics,
@@ -360,8 +381,11 @@ class Trainer:
             "preset": self.opts.preset,
         }
         if full:
+            opt = self.opt.state_dict()
+            if self.sharded:  # the tables' moments whole, on rank 0
+                opt = sharding.full_optimizer_state(self.opt, self.model, self.env)
             state.update(
-                optimizer=self.opt.state_dict(),
+                optimizer=opt,
                 scaler=self.scaler.state_dict(),
                 rng=checkpoint.rng_state(self.device),
                 history=self.history,
@@ -377,7 +401,10 @@ class Trainer:
             )
         self._check_resumable(path, state)
         self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
+        opt = state["optimizer"]
+        self.opt.load_state_dict(
+            sharding.sharded_optimizer_state(opt, self.model) if self.sharded else opt
+        )
         self.scaler.load_state_dict(state["scaler"])
         checkpoint.set_rng_state(state["rng"], self.device)
         self.history = list(state.get("history", []))

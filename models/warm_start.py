@@ -99,14 +99,14 @@ def grown(
 
 
 def start_from(
-    path: Path, state: dict[str, Any], data: EtlData, model: torch.nn.Module
+    path: Path, state: dict[str, Any], data: EtlData, fresh: dict[str, torch.Tensor]
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The weights ``model`` (freshly initialised for ``data``) starts from, and where they come
-    from (metrics.json's ``init_from``: checkpoint, its epoch and ETL output, users and items
-    before and after)."""
+    """The weights a model freshly initialised for ``data`` (its state dict ``fresh``, whole
+    tables) starts from, and where they come from (metrics.json's ``init_from``: checkpoint, its
+    epoch and ETL output, users and items before and after)."""
     cfg = state["config"]
     users, items = [int(cfg["num_users"]), data.num_users], [int(cfg["num_items"]), data.num_items]
-    weights = grown(path, state["model"], model.state_dict(), {tuple(users), tuple(items)})
+    weights = grown(path, state["model"], fresh, {tuple(users), tuple(items)})
     about = {
         "checkpoint": str(path.resolve()),
         "epoch": int(state["epoch"]),

@@ -42,6 +42,22 @@ def test_samples_per_second_by_hand():
     assert scaling.samples_per_second(setup, 8, 400e9) == pytest.approx(1000 / 0.0030175)
 
 
+def test_alltoall_seconds_by_hand():
+    # one node of 8: 1000 / 8 samples a rank, 7/8 of them remote, 100 B each, all over NVLink
+    assert scaling.alltoall_seconds(1000, 8, 100, 1e9, 1e8, 8) == pytest.approx(10_937.5 / 1e9)
+    # two nodes: 1000 / 16 x 15/16 x 100 = 5,859.375 B; 8 of the 15 other ranks are off the node
+    # (through the NIC at 1e8 B/s), 7 on it (NVLink at 1e9 B/s): the NIC is the slower
+    assert scaling.alltoall_seconds(1000, 16, 100, 1e9, 1e8, 8) == pytest.approx(
+        5_859.375 * 8 / 15 / 1e8
+    )
+    assert scaling.alltoall_seconds(1000, 1, 100, 1e9, 1e8, 8) == 0.0
+    # no repeated id: 4 tables x (8-byte id + 4 bytes x width x 2 (row, gradient)), widths
+    # 64 + 64 + 128 + 128
+    assert scaling.alltoall_bytes_bound() == 4 * 8 + 8 * 384 == 3104
+    # NeuMF's tables at ML-20m: (138,496 + 26,747) rows x (64 + 128)
+    assert scaling.table_params(138_496, 26_747) == 165_243 * 192
+
+
 def test_neumf_params_counts_the_real_model():
     cfg = NeuMFConfig(num_users=7, num_items=5, factors=4, mlp_layers=[8, 6, 2])
     real = sum(p.numel() for p in NeuMF(cfg).parameters())

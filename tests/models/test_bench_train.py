@@ -52,16 +52,23 @@ def test_two_processes_record_the_bytes_each_rank_all_reduces_and_sends(
     etl_dir: Path, tmp_path: Path
 ):
     argv = ["--data", str(etl_dir), "--batch-sizes", "512", "--precisions", "fp32", "--procs", "2",
-            "--grad-compressions", "fp16", "--steps", "2", "--results-dir", str(tmp_path)]  # fmt: skip
+            "--grad-compressions", "fp16", "--shard-embeddings", "--steps", "2",
+            "--results-dir", str(tmp_path)]  # fmt: skip
     assert entry.main(bench_train, argv) == 0
-    (row,) = json.loads((tmp_path / "train.json").read_text())["rows"]
-    assert (row["procs"], row["grad_compression"]) == (2, "fp16")
+    row, sharded = json.loads((tmp_path / "train.json").read_text())["rows"]
+    assert (row["procs"], row["grad_compression"], row["shard_embeddings"]) == (2, "fp16", False)
     # fp16: 2 bytes per parameter per step, by the trainer's hook
     assert row["allreduce_mb_per_step"] == round(row["grad_params"] * 2 / 1e6, 3)
     # measured from the sockets: a ring all-reduce of 2 ranks sends 2 (p - 1) / p = 1 x the
     # payload, plus gloo's small message headers
     assert row["allreduce_mb_per_step"] <= row["sent_mb_per_step"]
     assert row["sent_mb_per_step"] <= row["allreduce_mb_per_step"] * 1.01 + 0.001
+    # sharded tables: DDP all-reduces the rest only, the all-to-alls send the rows other ranks own
+    assert sharded["shard_embeddings"] and sharded["grad_params"] < row["grad_params"]
+    assert sharded["allreduce_mb_per_step"] == round(sharded["grad_params"] * 2 / 1e6, 3)
+    counted = sharded["allreduce_mb_per_step"] + sharded["alltoall_mb_per_step"]
+    assert sharded["alltoall_mb_per_step"] > 0 and row["alltoall_mb_per_step"] == 0
+    assert counted <= sharded["sent_mb_per_step"] <= counted * 1.02 + 0.005
 
 
 @pytest.mark.parametrize("mode", ["tf32", "amp", "bf16"])

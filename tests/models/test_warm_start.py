@@ -88,7 +88,9 @@ def test_start_keeps_old_rows_and_fresh_new_rows(days):
     fresh = build_model(cfg.model, cfg.model_config(data.num_users, data.num_items))
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     path = days["run1"] / checkpoint.BEST
-    weights, about = start_from(path, check_start(path, days["etl2"], cfg.model), data, fresh)
+    weights, about = start_from(
+        path, check_start(path, days["etl2"], cfg.model), data, fresh.state_dict()
+    )
     old = checkpoint.load(days["run1"] / checkpoint.BEST)["model"]
     n_old = old["mf_user_embed.weight"].shape[0]
     assert about["users"] == [n_old, data.num_users] and data.num_users > n_old
