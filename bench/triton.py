@@ -86,7 +86,7 @@ STATS_MODELS = {
     names.MODEL_NEUMF: (names.MODEL_NEUMF,),
     names.MODEL_ENSEMBLE: (names.MODEL_ENSEMBLE, names.MODEL_WORKFLOW, names.MODEL_NEUMF),
     names.MODEL_RECOMMEND: (names.MODEL_RECOMMEND,),
-    names.MODEL_MERLIN: (names.MODEL_MERLIN,),  # its executor model calls the steps by BLS
+    names.MERLIN_MODEL: (names.MERLIN_MODEL,),  # its executor model calls the steps by BLS
 }
 
 
@@ -398,7 +398,7 @@ def _validate(args: TritonBench) -> None:
     if args.merlin_repo is not None:
         if args.generator == "perf_analyzer":
             raise ValueError(
-                f"--generator perf_analyzer with --merlin-repo: {names.MODEL_MERLIN} does not "
+                f"--generator perf_analyzer with --merlin-repo: {names.MERLIN_MODEL} does not "
                 "batch (perf_analyzer's -b); use --generator tritonclient (or auto)"
             )
     if args.generator == "perf_analyzer" and not pa_available(args.perf_analyzer):
@@ -467,7 +467,7 @@ def _serve_and_measure(
 
     rows: list[dict] = []
     # merlin_ncf takes raw ids in the dtype the Workflow was fit on (INT32 or INT64)
-    types = {m: config_input_types(repo / m) for m in models if m == names.MODEL_MERLIN}
+    types = {m: config_input_types(repo / m) for m in models if m == names.MERLIN_MODEL}
     with TritonServer(repo, models=list(load)) as server:
         pool = IdPool(args.repo)  # our export's ids: the merlin export has the same vocabulary
         for point in points(args, models):
@@ -485,9 +485,9 @@ def _serve_and_measure(
 
 def run(args: TritonBench) -> Results:
     # checked when run, not when parsed: a command may name the folder an export will write
-    if args.merlin_repo and not (args.merlin_repo / names.MODEL_MERLIN / "config.pbtxt").is_file():
+    if args.merlin_repo and not (args.merlin_repo / names.MERLIN_MODEL / "config.pbtxt").is_file():
         raise ValueError(
-            f"--merlin-repo {args.merlin_repo}: no {names.MODEL_MERLIN}/config.pbtxt; write "
+            f"--merlin-repo {args.merlin_repo}: no {names.MERLIN_MODEL}/config.pbtxt; write "
             "it with `ncf export ... --with merlin-systems --merlin-repo DIR`"
         )
     use_pa = args.merlin_repo is None and (
@@ -500,7 +500,7 @@ def run(args: TritonBench) -> Results:
     if args.merlin_repo is not None:
         steps = [m for m in MERLIN_STEPS if (args.merlin_repo / m / "config.pbtxt").is_file()]
         rows += _serve_and_measure(
-            args.merlin_repo, [names.MODEL_MERLIN], [names.MODEL_MERLIN, *steps], False, args, []
+            args.merlin_repo, [names.MERLIN_MODEL], [names.MERLIN_MODEL, *steps], False, args, []
         )
     extra = {
         "repo": str(args.repo.resolve()),

@@ -162,10 +162,10 @@ class IdPool:
             return [(names.INPUT_RAW_USER, u, "INT64"), (names.INPUT_RAW_ITEM, i, "INT64")]
         if model == names.MODEL_RECOMMEND:
             return self.recommend_inputs(int(rng.choice(self.raw_users)), k)
-        if model == names.MODEL_MERLIN:  # merlin-systems' executor model: raw ids [B]
+        if model == names.MERLIN_MODEL:  # merlin-systems' executor model: raw ids [B]
             u, i = self.raw_ids(rng, batch)
             return [(names.RAW_USER, u[:, 0], "INT64"), (names.RAW_ITEM, i[:, 0], "INT64")]
         raise ValueError(
             f"model {model!r}: requests are built for {names.MODEL_NEUMF}, {names.MODEL_WORKFLOW},"
-            f" {names.MODEL_ENSEMBLE}, {names.MODEL_RECOMMEND} and {names.MODEL_MERLIN}"
+            f" {names.MODEL_ENSEMBLE}, {names.MODEL_RECOMMEND} and {names.MERLIN_MODEL}"
         )

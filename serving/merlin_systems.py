@@ -30,7 +30,7 @@ from ncf.models.neumf import NeuMF
 from ncf.serving import tables
 from ncf.serving.served import ServingNeuMF
 
-MERLIN_MODEL = names.MODEL_MERLIN  # the executor model: inputs userId, movieId; output score
+MERLIN_MODEL = names.MERLIN_MODEL  # the executor model: inputs userId, movieId; output score
 MARKER = ".ncf-merlin-systems"  # marks a repository this module wrote (it may replace it)
 # Where the TorchScript model runs: inside the executor's python model, or on the libtorch backend.
 PREDICT = ("python", "pytorch")

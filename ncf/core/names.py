@@ -59,9 +59,10 @@ MODEL_CATALOGUE_LIBTORCH = "neumf_catalogue_libtorch"
 CPU_MODELS = (MODEL_WORKFLOW, MODEL_NEUMF, MODEL_CATALOGUE, MODEL_ENSEMBLE, MODEL_RECOMMEND)
 # Their twins on Triton's official backends (NGC tritonserver only).
 OFFICIAL_BACKEND_MODELS = (MODEL_NEUMF_LIBTORCH, MODEL_NEUMF_ONNX, MODEL_CATALOGUE_LIBTORCH)
-# merlin-systems' executor model in its own repository (`ncf export --with merlin-systems`):
-# raw userId, movieId INT64 [B] -> score FP32 [B].
-MODEL_MERLIN = "merlin_ncf"
+# merlin-systems' executor model, in its own repository (`ncf export --with merlin-systems`), not
+# triton_repo/ (whose models are the MODEL_* names): raw userId, movieId [B] in the Workflow's
+# input dtype -> score FP32 [B].
+MERLIN_MODEL = "merlin_ncf"
 
 # Export artifacts (written into triton_repo/<model>/1/ by `ncf export`, never committed).
 ARTIFACT_TORCHSCRIPT = "model.pt"

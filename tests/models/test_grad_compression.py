@@ -15,8 +15,6 @@ The hook's count is exact: per optimizer step, every parameter once, 4 bytes (fp
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +22,9 @@ import torch
 
 from ncf.models.presets import TrainConfig
 from tests.models.etl_data import synth_ratings, write_etl_dir
+from tests.models.two_ranks import rank_record as record
+from tests.models.two_ranks import run_two_ranks
 
-REPO = Path(__file__).resolve().parents[2]
 TRAIN = {
     "epochs": 6,
     "negatives": 2,
@@ -47,16 +46,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The torchrun job's output folder: fp32 and fp16 runs, and the bf16 probe."""
     tmp = tmp_path_factory.mktemp("compression")
     etl = write_etl_dir(synth_ratings(0.003), tmp / "etl", negatives=100)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tests.models.compression_run", str(etl), str(tmp), json.dumps(TRAIN),
-           "none", "fp16"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_two_ranks(
+        "tests.models.compression_run", str(etl), str(tmp), json.dumps(TRAIN), "none", "fp16"
+    )
     return tmp
-
-
-def record(runs: Path, compression: str, rank: int = 0) -> dict:
-    return json.loads((runs / compression / f"rank{rank}.json").read_text())
 
 
 @pytest.mark.distributed

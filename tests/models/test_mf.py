@@ -16,6 +16,7 @@ from ncf.models.mf import MF, MFConfig
 from ncf.models.neumf import NeuMF
 from ncf.models.trainer import METRICS_FILE
 from tests.models.conftest import FAST, parse
+from tests.models.two_ranks import run_two_ranks
 
 
 def test_logit_is_dot_product_plus_biases_and_score_matrix_agrees():
@@ -180,18 +181,12 @@ def test_full_ranking_sharded_over_two_ranks_equals_one(
     mf_run: Path, etl_dir: Path, tmp_path: Path
 ):
     """Each rank ranks its shard of users; the all-reduced sums give the one-process figures."""
-    import subprocess
-    import sys
-
     argv = ["--data", str(etl_dir), "--checkpoint", str(mf_run / checkpoint.BEST), "--device", "cpu",
             "--full-ranking", "--eval-batch-size", "600", "--threads", "1", "--suite"]  # fmt: skip
     one_argv = [*argv, "--out", tmp_path / "one.json", "--per-user", tmp_path / "one.parquet"]
     assert evaluate.run(parse(evaluate, one_argv)) == 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "ncf.cli", "evaluate", *argv, "--out", str(tmp_path / "two.json"),
-           "--per-user", str(tmp_path / "two.parquet")]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_two_ranks("ncf.cli", "evaluate", *map(str, argv), "--out", str(tmp_path / "two.json"),
+                  "--per-user", str(tmp_path / "two.parquet"))  # fmt: skip
     one = json.loads((tmp_path / "one.json").read_text())
     two = json.loads((tmp_path / "two.json").read_text())
     assert two["world_size"] == 2

@@ -13,8 +13,6 @@ magnitude (measured: 0.5% at most; a row gathered into the wrong place would be 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +23,9 @@ from ncf.models import checkpoint
 from ncf.models.distributed import DistEnv
 from ncf.models.sharding import ExchangeCounter, ShardedEmbedding, block_rows
 from tests.models.etl_data import synth_ratings, write_etl_dir
+from tests.models.two_ranks import rank_record as record
+from tests.models.two_ranks import run_two_ranks
 
-REPO = Path(__file__).resolve().parents[2]
 TRAIN = {
     "epochs": 4,
     "negatives": 2,
@@ -48,15 +47,8 @@ TRAIN = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("sharding")
     etl = write_etl_dir(synth_ratings(0.003), tmp / "etl", negatives=100)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "tests.models.sharding_run", str(etl), str(tmp), json.dumps(TRAIN)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_two_ranks("tests.models.sharding_run", str(etl), str(tmp), json.dumps(TRAIN))
     return tmp
-
-
-def record(runs: Path, run: str, rank: int = 0) -> dict:
-    return json.loads((runs / run / f"rank{rank}.json").read_text())
 
 
 @pytest.mark.distributed

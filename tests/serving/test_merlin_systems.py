@@ -198,7 +198,7 @@ def test_the_triton_bench_measures_it_beside_ours(exported, tmp_path):
             "--warmup", "0.1", "--results-dir", str(tmp_path), "--no-plot"]  # fmt: skip
     assert entry.main(triton, argv) == 0
     payload = json.loads((tmp_path / "triton.json").read_text())
-    assert [r["model"] for r in payload["rows"]] == [names.MODEL_ENSEMBLE, names.MODEL_MERLIN]
+    assert [r["model"] for r in payload["rows"]] == [names.MODEL_ENSEMBLE, names.MERLIN_MODEL]
     for r in payload["rows"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["batch"] == 4, r
         assert r["generator"].startswith("tritonclient") and r["server_compute_us"] > 0, r
