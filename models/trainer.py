@@ -381,9 +381,11 @@ class Trainer:
             "preset": self.opts.preset,
         }
         if full:
-            opt = self.opt.state_dict()
-            if self.sharded:  # the tables' moments whole, on rank 0
-                opt = sharding.full_optimizer_state(self.opt, self.model, self.env)
+            opt = (
+                sharding.full_optimizer_state(self.opt, self.model, self.env)  # moments whole
+                if self.sharded
+                else self.opt.state_dict()
+            )
             state.update(
                 optimizer=opt,
                 scaler=self.scaler.state_dict(),
