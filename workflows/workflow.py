@@ -238,6 +238,7 @@ def fit_workflow(kept: Any, workdir: Path, client: Any = None) -> Any:
             parts = max(1, math.ceil(len(frame) / PART_ROWS))
             with quiet_merlin():
                 workflow.fit(Dataset(frame, npartitions=parts, cpu=not gpu))
+            order_ties(workdir, client)
             return workflow
         path = workdir / "fit-input.parquet"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +255,36 @@ def fit_workflow(kept: Any, workdir: Path, client: Any = None) -> Any:
         files = [str(f) for f in kept]
         dataset = Dataset(files, engine="parquet", part_size=f"{PART_ROWS * 8}B", cpu=not gpu)
         workflow.fit(dataset)
+    order_ties(workdir, client)
     return workflow
+
+
+def order_ties(workdir: Path, client: Any = None) -> None:
+    """Give the fitted vocabularies in ``workdir/categories`` one order on every host: by count,
+    descending (Categorify's frequency order), ties by ascending raw id.
+
+    Categorify sorts by count alone with an unstable sort, so the order of equally frequent ids
+    (most of a long tail) depends on the sort kernel: numpy's AVX-512 sort, its generic one and
+    cuDF's each give another, and so do the ids of the ETL. The Workflow reads the files when it
+    transforms, so rewriting them after the fit sets its ids (after the tables the fit cached
+    in this process and on ``client``'s workers are dropped). Each file is replaced atomically.
+    """
+    import pandas as pd
+    from merlin.io.worker import clean_worker_cache
+
+    for raw in (RAW_USER, RAW_ITEM):
+        for path in (workdir / "categories").glob(f"unique.{raw}.parquet"):
+            vocab = pd.read_parquet(path)  # index: model ids, from the first id after the reserved
+            first = vocab.index[0] if len(vocab) else 0
+            size = f"{raw}_size"
+            vocab = vocab.sort_values([size, raw], ascending=[False, True], kind="stable")
+            vocab.index = pd.RangeIndex(first, first + len(vocab))
+            tmp = path.with_name(f".{path.name}.tmp")
+            vocab.to_parquet(tmp)
+            os.replace(tmp, path)
+    clean_worker_cache()
+    if client is not None:
+        client.run(clean_worker_cache)
 
 
 def check_workers_see(client: Any, path: Path) -> None:

@@ -257,7 +257,8 @@ def _digest(out, name: str) -> str:
 # data/ml-latest-small/ratings.csv --seed 3 --holdout test`, one set per engine, the same on both
 # test lanes. The pandas engine's train/ and test/ are still exactly what the code before --holdout
 # wrote (commit 17d9b41); every negatives/ changed with the per-user draw, and the nvtabular
-# engine's train/ with its rows sorted by user_id (Categorify's frequency order).
+# engine's train/ with its rows sorted by user_id (Categorify's frequency order), then all of
+# its files when equally frequent ids came to be ordered by raw id (the same on every host).
 PINNED = {
     "pandas": {
         TRAIN_DIR: "a9327c6298ed4e356c6353715a729be06c120f1670b40003950eb10703d9b505",
@@ -265,9 +266,9 @@ PINNED = {
         NEGATIVES_DIR: "a7d6bece7439c95d5a7fb3347c9d8eea76b3f9ee46a4525ae0e4d29f8b6c8d55",
     },
     "nvtabular": {
-        TRAIN_DIR: "5673deec9efe719418d8947480c60c3b0ce85f76e5d2fe985c2c5e9abb404468",
-        TEST_DIR: "4b1ab60f24c4af8b11d48f577b4d9c72a692f4e214e01a5f7c8005a82d34c172",
-        NEGATIVES_DIR: "b0256e0d7dbd129fa4f33654c8b47c0b29d407970b631370a4e884f7bdc6d05d",
+        TRAIN_DIR: "cc982898ec01c058804a721aaa12017c7ac462d72e24aa06cefecb828083677b",
+        TEST_DIR: "7ec412a14c4a2136e2317b9a8bb31050e889b3cd9b563755c34eb5eb1cea472c",
+        NEGATIVES_DIR: "7c5eecda9d2417b3c8fb732d996b94e02903f8ccf241f0f429a35a8174808800",
     },
 }
 
