@@ -16,7 +16,7 @@ from ncf.core.atomic import load_json, write_text
 # (what, reference figure, its source) for each headline row.
 REFERENCE = {
     "etl": "DLE convert.py (bench/etl_dle.py), same run, same 20M rows, this CPU",
-    "train_cpu": ("45,000 samples/s, 11.8 GB", "DLE model + step, this CPU, batch 1M fp32"),
+    "train_cpu": "DLE's model and step (bench/train_dle.py), same run, this CPU, batch 1M fp32",
     "train_gpu": ("22.6M (TF32) / 34.1M (AMP) samples/s", "DLE, one A100-40G, batch 1M"),
     "epochs30": ("140.8 s (TF32) / 94.2 s (AMP)", "DLE, one A100, ML-20m"),
 }
@@ -51,14 +51,18 @@ def headline_rows(results_dir: Path = RESULTS_DIR) -> list[tuple[str, str, str, 
     if tr := _load(results_dir, "train"):
         f32 = _row(tr["rows"], procs=1, batch=1048576, precision="fp32")
         b16 = _row(tr["rows"], procs=1, batch=1048576, precision="bf16")
+        dle = _row(tr["rows"], procs=1, batch=1048576, precision="dle")
         if f32 and b16:
+            x = dle["samples_per_s"] if dle else None  # DLE's step, same run
+            fp32, bf16 = (f"{r['samples_per_s'] / x:.1f}x" if x else "" for r in (f32, b16))
+            ours = (
+                f"{f32['samples_per_s']:,.0f} samples/s fp32 ({f32['peak_rss_gib']:.1f} GB"
+                f"{', ' + fp32 if x else ''}), {b16['samples_per_s']:,.0f} bf16"
+                f"{f' ({bf16})' if x else ''}"
+            )
+            theirs = f"{x:,.0f} samples/s, {dle['peak_rss_gib']:.1f} GB" if x else "not run"
             out.append(
-                (
-                    "Training, batch 1M, 1 process (CPU)",
-                    f"{f32['samples_per_s']:,.0f} samples/s fp32 ({f32['peak_rss_gib']:.1f} GB), "
-                    f"{b16['samples_per_s']:,.0f} bf16",
-                    *REFERENCE["train_cpu"],
-                )
+                ("Training, batch 1M, 1 process (CPU)", ours, theirs, REFERENCE["train_cpu"])
             )
     if gpu := _load(results_dir, "train-cuda"):
         t = {p: _row(gpu["rows"], precision=p) for p in ("fp32", "tf32", "amp")}

@@ -125,10 +125,10 @@ class NeuMF(nn.Module):
         if self.use_gmf:
             parts.append(rows[0] * rows[1])
         if self.use_mlp:
-            x = torch.cat((rows[-2], rows[-1]), dim=1)  # [B, mlp0]
             if self.training:
-                x = self._mlp_train(x)
+                x = self._mlp_train(rows[-2], rows[-1])
             else:
+                x = torch.cat((rows[-2], rows[-1]), dim=1)  # [B, mlp0]
                 for layer in self.mlp:
                     x = torch.relu(layer(x))  # [B, width]
             parts.append(x)
@@ -178,13 +178,27 @@ class NeuMF(nn.Module):
 
     # Unannotated: TorchScript cannot resolve the string type hints of an unused method.
     @torch.jit.unused
-    def _mlp_train(self, x):
-        """Training MLP: ``dropout(relu(layer(x)))`` per layer (DLE), or ``relu(layer(dropout(x)))``
-        with ``dropout_at`` "input" (RecBole); masks as models/dropout.py draws them."""
-        for i, layer in enumerate(self.mlp):
-            bits = None if self.dropout_bits is None else self.dropout_bits[i]
-            if self.cfg.dropout_at == "input":
-                x = torch.relu(layer(dropout(x, self.cfg.dropout, bits)))  # [B, width]
-            else:
-                x = relu_dropout(layer(x), self.cfg.dropout, bits)  # [B, width]
+    def _mlp_train(self, user, item):
+        """Training MLP on the MLP rows ``user``, ``item [B, mlp0 / 2]``: ``dropout(relu(layer(x)))``
+        per layer (DLE), or ``relu(layer(dropout(x)))`` with ``dropout_at`` "input" (RecBole);
+        masks as models/dropout.py draws them."""
+        bits = self.dropout_bits or [None] * len(self.mlp)
+        p, at_input = self.cfg.dropout, self.cfg.dropout_at == "input"
+        if at_input or not self.mlp:
+            x = torch.cat((user, item), dim=1)  # [B, mlp0]
+            for layer, b in zip(self.mlp, bits, strict=True):
+                if at_input:
+                    x = torch.relu(layer(dropout(x, p, b)))  # [B, width]
+                else:
+                    x = relu_dropout(layer(x), p, b)  # [B, width]
+            return x
+        # The first layer on its input's halves, W[:, :h] user + W[:, h:] item + bias: no
+        # [B, mlp0] concatenation, and each table's gradient comes back contiguous (index_add_
+        # takes twice as long on a strided one). In-place ops are not autocast: the second
+        # product takes the first's dtype.
+        first, half = self.mlp[0], user.shape[1]
+        x = torch.addmm(first.bias, user, first.weight[:, :half].t())  # [B, mlp1]
+        x = x.addmm_(item.to(x.dtype), first.weight[:, half:].t().to(x.dtype))
+        for k, b in enumerate(bits):
+            x = relu_dropout(x if k == 0 else self.mlp[k](x), p, b)  # [B, mlp_layers[k + 1]]
         return x

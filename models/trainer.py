@@ -128,11 +128,10 @@ class Trainer:
         # cut before the move: only the blocks reach the device.
         self.sharded = sharding.shard_tables(model, env) if self._shards() else []
         self.model: TrainedModel = model.to(self.device)
-        # A CPU step of several micro-batches sends its embedding gradients into one buffer per
-        # table and step (models/embedding_grad.py; set per step by ``step``). On CUDA a step is
-        # one micro-batch by default.
+        # A CPU step sends its embedding gradients into one buffer per table and step
+        # (models/embedding_grad.py); CUDA keeps nn.Embedding's backward.
         self.step_grads = StepGradients() if self.device.type == "cpu" else None
-        self.model.step_grads = None
+        self.model.step_grads = self.step_grads
         if self.sharded:  # their gradients come from the all-to-alls, not DDP's all-reduce
             DDP._set_params_and_buffers_to_ignore_for_model(self.model, self.sharded)
         self.net = DDP(self.model, device_ids=self._ddp_ids()) if env.distributed else self.model
@@ -307,8 +306,6 @@ class Trainer:
         lo, hi = shard_bounds(size, self.env.world_size, self.env.rank)
         users, items, labels = gather(plan, self.data, plan.perm[start + lo : start + hi])
         n_micro = self.micro_batches(size)
-        # One micro-batch has one dense gradient per table anyway: nn.Embedding's own backward.
-        self.model.step_grads = self.step_grads if n_micro > 1 else None
         factor = self.env.world_size / size
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for m in range(n_micro):

@@ -22,9 +22,22 @@ def test_headline_from_json(tmp_path):
     ]})  # fmt: skip
     rows = headline_rows(tmp_path)
     assert rows[0][1:3] == ("12.3 s, 2.50 GB", "70.9 s, 4.25 GB peak RSS")  # measured, same run
-    assert rows[1][1] == "100,000 samples/s fp32 (3.2 GB), 200,000 bf16"
+    assert rows[1][1:3] == ("100,000 samples/s fp32 (3.2 GB), 200,000 bf16", "not run")
     text = write_summary(tmp_path).read_text()
     assert text.count("\n| ") == 3  # header + 2 rows
+
+
+def test_cpu_training_row_is_a_ratio_to_dle_s_step_of_the_same_run(tmp_path):
+    _write(tmp_path, "train", {"rows": [
+        {"procs": 1, "batch": 1048576, "precision": "dle", "samples_per_s": 50000.0, "peak_rss_gib": 9.5},
+        {"procs": 1, "batch": 1048576, "precision": "fp32", "samples_per_s": 210000.0, "peak_rss_gib": 3.25},
+        {"procs": 1, "batch": 1048576, "precision": "bf16", "samples_per_s": 400000.0, "peak_rss_gib": 3.0},
+    ]})  # fmt: skip
+    (row,) = headline_rows(tmp_path)
+    assert row[1:3] == (
+        "210,000 samples/s fp32 (3.2 GB, 4.2x), 400,000 bf16 (8.0x)",
+        "50,000 samples/s, 9.5 GB",
+    )
 
 
 def test_no_results_no_summary(tmp_path):
