@@ -53,6 +53,12 @@ class StepGradients:
         self.handed += 1
         return self._buffers.pop(key)
 
+    def reset(self) -> None:
+        """Start a step: drop what a step that did not finish (an exception between its
+        micro-batches) left behind, so that it cannot reach the next step's gradient."""
+        self._buffers.clear()
+        self.last = True
+
     def pending(self) -> int:
         """Tables with a partial gradient (not yet handed over): 0 between steps."""
         return len(self._buffers)

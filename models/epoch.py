@@ -47,8 +47,14 @@ def plan_epoch(
     mode: str,
     positives: PositiveSet | None,
     gen: torch.Generator,
+    grouped: bool = False,
 ) -> EpochPlan:
-    """Draw an epoch's negatives (chunk by chunk, per repeat of the positives) and its shuffle."""
+    """Draw an epoch's negatives (chunk by chunk, per repeat of the positives) and its shuffle.
+
+    ``grouped``: the shuffle moves whole groups, each positive followed by its own negatives
+    (``[i, p + i, 2p + i, ...]``, ``1 + negatives_per_positive`` samples), as a listwise loss
+    needs; otherwise every sample is shuffled on its own (DLE).
+    """
     users = data.train_users
     p = users.numel()
     negs = torch.empty(p * negatives_per_positive, dtype=torch.int32, device=users.device)
@@ -56,7 +62,12 @@ def plan_epoch(
         negs[r * p : (r + 1) * p] = sample_negatives(users, mode, positives, data.item_range, gen)
     n = p * (1 + negatives_per_positive)
     dtype = torch.int32 if n < 2**31 else torch.int64  # half the memory of int64 at ML-20m size
-    perm = torch.randperm(n, generator=gen, device=users.device, dtype=dtype)
+    if grouped:  # [P, 1 + neg]: row i = positive i's sample ids, the positive first
+        order = torch.randperm(p, generator=gen, device=users.device, dtype=dtype)
+        offsets = torch.arange(1 + negatives_per_positive, device=users.device, dtype=dtype) * p
+        perm = (order.unsqueeze(1) + offsets).reshape(-1)
+    else:
+        perm = torch.randperm(n, generator=gen, device=users.device, dtype=dtype)
     return EpochPlan(perm=perm, negatives=negs, num_positives=p)
 
 

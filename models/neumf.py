@@ -195,10 +195,11 @@ class NeuMF(nn.Module):
         # The first layer on its input's halves, W[:, :h] user + W[:, h:] item + bias: no
         # [B, mlp0] concatenation, and each table's gradient comes back contiguous (index_add_
         # takes twice as long on a strided one). In-place ops are not autocast: the second
-        # product takes the first's dtype.
+        # product takes the first's dtype. Under autocast the user half is rounded to it before
+        # the item half is added: the eval path (concatenation) agrees to that rounding.
         first, half = self.mlp[0], user.shape[1]
         x = torch.addmm(first.bias, user, first.weight[:, :half].t())  # [B, mlp1]
         x = x.addmm_(item.to(x.dtype), first.weight[:, half:].t().to(x.dtype))
-        for k, b in enumerate(bits):
+        for k, b in zip(range(len(self.mlp)), bits, strict=True):
             x = relu_dropout(x if k == 0 else self.mlp[k](x), p, b)  # [B, mlp_layers[k + 1]]
         return x

@@ -24,6 +24,9 @@ DEFAULT_TOPK = 10  # K of HR@K / NDCG@K
 DEFAULT_EVAL_BATCH = 1 << 20  # samples scored at once in evaluation (DLE --valid_batch_size)
 DEFAULT_PRESET = "dle"
 PRETRAIN_MODES = ("none", "gmf-mlp")  # NeuMF from scratch, or from a GMF and an MLP (pretrain.py)
+# The training loss: pointwise BCE on every sample (DLE, He et al.), or a softmax cross-entropy
+# of each positive against its own negatives (a sampled softmax; Trainer.step).
+LOSSES = ("bce", "softmax")
 
 
 @dataclass
@@ -34,6 +37,13 @@ class TrainConfig(Config):
     batch_size: int = setting(1 << 20, alias="-b", help="global batch, split across ranks")
     eval_batch_size: int = setting(DEFAULT_EVAL_BATCH, help="samples scored at once in evaluation")
     negatives: int = setting(4, alias="-n", help="training negatives per positive")
+    loss: str = setting(
+        "bce",
+        choices=LOSSES,
+        help="bce: binary cross-entropy of every sample (DLE); softmax: cross-entropy of each "
+        "positive against its --negatives own negatives (the global batch rounded down to whole "
+        "groups)",
+    )
     lr: float = setting(0.0045, alias="-l", help="Adam learning rate")
     # The learning-rate rule (``lr_at``), one for every batch size: --lr holds at --lr-batch and
     # scales by the square root of the batch ratio (Adam's rule: the update's noise falls with
@@ -114,6 +124,13 @@ class TrainConfig(Config):
         help="DDP gradient all-reduce: none (fp32) or cast to fp16/bf16 (half the bytes; several "
         "processes only; bf16 needs a backend that sums it: not gloo in torch 2.1)",
     )
+    # The moving average's span is set in epochs, so that it means the same on data of any
+    # size (models/averaging.py, ``ema_decay``).
+    ema_epochs: float = setting(
+        0.0,
+        help="evaluate, select and save a moving average of the weights over about the last N "
+        "epochs (its decay per step: 1 - 1 / (N x steps per epoch)); 0: off, the weights themselves",
+    )
     seed: int = setting(DEFAULT_SEED, help="seed of every random draw")
     model: str = setting(
         "neumf", choices=sorted(MODELS), help="neumf, or mf (the dot-product MF baseline)"
@@ -135,6 +152,10 @@ class TrainConfig(Config):
     def optimizer_lr(self) -> float:
         """Adam's learning rate: ``pretrain_lr`` for a NeuMF that was pretrained (when > 0)."""
         return self.pretrain_lr if self.pretrain != "none" and self.pretrain_lr > 0 else self.lr
+
+    def ema_decay(self, steps_per_epoch: int) -> float:
+        """The moving average's decay per optimizer step (0: no average)."""
+        return max(0.0, 1.0 - 1.0 / (self.ema_epochs * steps_per_epoch)) if self.ema_epochs else 0.0
 
     def lr_at(self, step: int, steps_per_epoch: int) -> float:
         """Adam's learning rate at optimizer step ``step`` (0-based, counted over all epochs).
@@ -171,6 +192,8 @@ class TrainConfig(Config):
             raise ValueError(
                 f"--lr-batch {self.lr_batch} / --warmup-epochs {self.warmup_epochs}: need >= 0"
             )
+        if not 0 <= self.ema_epochs < math.inf:
+            raise ValueError(f"--ema-epochs {self.ema_epochs}: use a span >= 0 epochs (0: off)")
         if self.l2 < 0 or self.init_std <= 0:
             raise ValueError(f"--l2 {self.l2} / --init-std {self.init_std}: need >= 0 / > 0")
         if self.grad_compression not in GRAD_COMPRESSIONS:
@@ -178,6 +201,11 @@ class TrainConfig(Config):
                 f"--grad-compression {self.grad_compression!r}: use one of {GRAD_COMPRESSIONS}"
             )
         self._check_pretrain()
+        if self.loss not in LOSSES or (self.loss == "softmax" and self.negatives < 1):
+            raise ValueError(
+                f"--loss {self.loss!r} with --negatives {self.negatives}: use one of {LOSSES}; "
+                "softmax needs --negatives >= 1"
+            )
         if self.negative_sampling not in SAMPLING_MODES:
             raise ValueError(
                 f"--negative-sampling {self.negative_sampling!r}: use one of {SAMPLING_MODES}"
@@ -215,6 +243,7 @@ PRESETS: dict[str, dict] = {
         "beta1": 0.9,
         "beta2": 0.999,
         "dropout": 0.08,
+        "ema_epochs": 2.0,  # evaluate the weights' moving average over about 2 epochs
     },
     "mf-small": {  # the MF baseline (docs/BASELINES.md) for ml-latest-small-sized data
         "model": "mf",

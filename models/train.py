@@ -126,6 +126,11 @@ class TrainRunConfig(Config):
                 f"--init-from {self.init_from} and --pretrain {self.hp.pretrain} both choose the "
                 "starting weights: pass one of them"
             )
+        if self.shard_embeddings and self.hp.ema_epochs > 0:
+            raise ValueError(
+                f"--ema-epochs {self.hp.ema_epochs} with --shard-embeddings: the average of sharded "
+                "tables is not built; pass one of them"
+            )
         self.hp.check()
 
 

@@ -8,8 +8,9 @@ validation split, the kept epoch is then scored once on the test split. Last, me
 learning_curve.png. ``resume_from`` continues a run from its last.pt.
 
 One optimizer step per global batch. Each rank's slice of the batch is processed in micro-batches
-whose summed losses are scaled by ``world_size / global_batch``; DDP averages over ranks, so the
-gradient is the mean over the global batch however the batch is split (same math as one process
+whose summed losses are scaled by ``world_size * group / global_batch`` (``group``: the samples
+of one loss term, 1 for BCE, models/loss.py); DDP averages over ranks, so the gradient is the
+mean over the global batch's loss terms however the batch is split (same math as one process
 with one big batch; only float summation order differs).
 
 Rank 0 alone writes (checkpoints, DLLogger lines, metrics.json, learning_curve.png); every rank
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ncf.core import faults
 from ncf.core.atomic import write_json
 from ncf.core.dllog import DLLogger
 from ncf.models import checkpoint, comm, sharding
+from ncf.models.averaging import WeightAverage
 from ncf.models.data import EtlData
 from ncf.models.distributed import DistEnv, all_reduce_sum, barrier
 from ncf.models.dropout import bits_supported, draw_keep_bits
@@ -41,6 +42,7 @@ from ncf.models.embedding_grad import StepGradients
 from ncf.models.epoch import EpochPlan, epoch_generator, gather, plan_epoch, shard_bounds
 from ncf.models.evaluate import evaluate_itempop, evaluate_model
 from ncf.models.kinds import TrainedModel, build_model
+from ncf.models.loss import group_size, summed_loss
 from ncf.models.plots import learning_curve
 from ncf.models.presets import CPU_MICRO_BATCH, DEFAULT_PRESET, TrainConfig
 from ncf.models.runtime import keep_freed_memory
@@ -147,6 +149,15 @@ class Trainer:
                 opts.sampling_backend,
             )  # fmt: skip
             check_sampleable(self.positives, data.train_users, data.item_range)
+        # Samples per loss term: the batch, the ranks' shards and the micro-batches are cut at
+        # whole groups (models/loss.py).
+        self.group = group_size(cfg.loss, cfg.negatives)
+        # The model evaluated and saved: the weights, or their moving average (models/averaging.py;
+        # not with sharded tables: TrainRunConfig.check refuses that).
+        decay = cfg.ema_decay(self.steps_per_epoch())
+        self.average = WeightAverage(decay) if decay > 0 else None
+        if self.average is not None and self.sharded:
+            raise ValueError(f"--ema-epochs {cfg.ema_epochs} with --shard-embeddings: pass one")
         self.start_epoch = 0
         self.history: list[dict] = []  # one record per epoch (ncf.models.selection)
         self.test_result: dict | None = None  # with a valid split: best.pt scored once on test
@@ -247,10 +258,12 @@ class Trainer:
             return None
         from tqdm import tqdm
 
-        samples = self.data.train_users.numel() * (1 + self.cfg.negatives)
-        n_batches = -(-samples // self.cfg.batch_size)
         return tqdm(
-            total=n_batches, desc=f"epoch {epoch}", unit="batch", leave=False, file=sys.stderr
+            total=self.steps_per_epoch(),
+            desc=f"epoch {epoch}",
+            unit="batch",
+            leave=False,
+            file=sys.stderr,
         )
 
     # -- one epoch -----------------------------------------------------------------------------
@@ -263,10 +276,11 @@ class Trainer:
         torch.manual_seed(self.cfg.seed * 1_000_003 + epoch * 1009 + self.env.rank)
         self.model.train()
         plan = plan_epoch(
-            self.data, self.cfg.negatives, self.cfg.negative_sampling, self.positives, gen
-        )
-        n, batch = plan.num_samples, self.cfg.batch_size
-        steps = -(-n // batch)  # optimizer steps per epoch
+            self.data, self.cfg.negatives, self.cfg.negative_sampling, self.positives, gen,
+            grouped=self.group > 1,
+        )  # fmt: skip
+        n, g, batch = plan.num_samples, self.group, self.global_batch()
+        steps = self.steps_per_epoch()
         loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, start in enumerate(range(0, n, batch)):
             for group in self.opt.param_groups:  # the train config's rule (TrainConfig.lr_at)
@@ -275,7 +289,7 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
         all_reduce_sum(loss, self.env)
-        loss_value = loss.item() / max(n, 1)  # .item() waits for the device
+        loss_value = loss.item() / max(n // g, 1)  # per loss term; .item() waits for the device
         self._sync()
         seconds = time.perf_counter() - t0
         return {
@@ -284,6 +298,15 @@ class Trainer:
             "train_throughput": n / max(seconds, 1e-9),
             "samples": n,
         }
+
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one epoch (every epoch has the same number of samples)."""
+        samples = self.data.train_users.numel() * (1 + self.cfg.negatives)
+        return -(-samples // self.global_batch())
+
+    def global_batch(self) -> int:
+        """Samples per optimizer step: ``--batch-size``, rounded down to whole loss groups."""
+        return max(self.group, self.cfg.batch_size // self.group * self.group)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -297,19 +320,27 @@ class Trainer:
         return max(1, self.cfg.grad_accumulation, math.ceil(local_max / cap))
 
     def step(self, plan: EpochPlan, start: int, size: int, gen: torch.Generator) -> torch.Tensor:
-        """Train on global batch ``plan.perm[start : start + size]``; returns this rank's BCE sum."""
+        """Train on global batch ``plan.perm[start : start + size]``; returns this rank's loss sum.
+
+        ``size`` is a multiple of ``self.group``: ranks and micro-batches get whole groups.
+        """
         bits = (
             None  # keep bits [size, ceil(width / 8)] per dropout layer, of the whole global batch
         )
         if self.cfg.dropout > 0 and bits_supported(self.cfg.dropout):
             bits = [draw_keep_bits(size, w, gen, self.device) for w in self.model.dropout_widths()]
-        lo, hi = shard_bounds(size, self.env.world_size, self.env.rank)
+        # A step starts from no gradient, even after a step that raised between its micro-batches.
+        self.opt.zero_grad(set_to_none=True)
+        if self.model.step_grads is not None:
+            self.model.step_grads.reset()
+        g = self.group
+        lo, hi = (g * b for b in shard_bounds(size // g, self.env.world_size, self.env.rank))
         users, items, labels = gather(plan, self.data, plan.perm[start + lo : start + hi])
         n_micro = self.micro_batches(size)
-        factor = self.env.world_size / size
+        factor = self.env.world_size * g / size  # the mean over the global batch's loss terms
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for m in range(n_micro):
-            ms, me = shard_bounds(hi - lo, n_micro, m)
+            ms, me = (g * b for b in shard_bounds((hi - lo) // g, n_micro, m))
             if bits is not None:
                 self.model.set_dropout_bits([b[lo + ms : lo + me] for b in bits])
             sync = not self.env.distributed or m == n_micro - 1
@@ -318,18 +349,20 @@ class Trainer:
             with contextlib.nullcontext() if sync else self.net.no_sync():
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.opts.amp):
                     logits = self.net(users[ms:me], items[ms:me])
-                bce = F.binary_cross_entropy_with_logits(
-                    logits.float(), labels[ms:me], reduction="sum"
-                )
-                self.scaler.scale((bce + self.model.penalty()) * factor).backward()
-            total += bce.detach()
+                term = summed_loss(logits, labels[ms:me], g)
+                self.scaler.scale((term + self.model.penalty()) * factor).backward()
+            total += term.detach()
         self.model.set_dropout_bits(None)
         if self.sharded and self.scaler.is_enabled():  # one overflow skips the step everywhere
             sharding.agree_on_overflow(self.model, self.env)
         faults.hit(faults.OPTIMIZER_STEP)  # crash tests: NCF_FAULT=optimizer_step:N
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
+        stepped = not self.scaler.is_enabled() or self.scaler.get_scale() >= scale
+        if self.average is not None and stepped:  # an overflow skipped the step: nothing to fold
+            self.average.update(self.model)
         return total
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -338,20 +371,23 @@ class Trainer:
 
         For "valid" the evaluated data holds no test tensors (``EtlData.held_out``).
         """
-        return evaluate_model(
-            self.model,
-            self.data.held_out(split),
-            self.env,
-            self.cfg.topk,
-            self.cfg.eval_batch_size,
-            self.opts.amp,
-        )
+        with self.average.applied(self.model) if self.average else contextlib.nullcontext():
+            return evaluate_model(
+                self.model,
+                self.data.held_out(split),
+                self.env,
+                self.cfg.topk,
+                self.cfg.eval_batch_size,
+                self.opts.amp,
+            )
 
     def score_best_on_test(self) -> dict:
         """Load ``best.pt`` (written by rank 0) into the model and score it once on the test split."""
         barrier(self.env)  # every rank waits for rank 0's saver to have written best.pt
         state = checkpoint.load(self.opts.out / checkpoint.BEST, map_location=self.device)
         self.model.load_state_dict(state["model"])
+        if self.average is not None:  # best.pt's model is an average: evaluate it as it is
+            self.average.load(self.model, state["model"])
         ev = self.evaluate("test")
         k = self.cfg.topk
         return {"epoch": int(state["epoch"]), f"hr@{k}": ev["hr"], f"ndcg@{k}": ev["ndcg"]}
@@ -359,11 +395,13 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, epoch: int, metrics: dict[str, float], full: bool) -> dict:
         """Checkpoint dict (docs/ARCHITECTURE.md); ``full`` adds what ``--resume`` needs."""
-        model = (
+        trained = (
             sharding.full_state(self.model, self.env)  # whole tables, on rank 0
             if self.sharded
             else {k: v.detach() for k, v in self.model.state_dict().items()}  # saver copies
         )
+        # "model" is the model evaluated: the average of the weights when there is one
+        model = self.average.state_dict(self.model) if self.average else trained
         state = {
             "model": model,
             "config": self.model.cfg.to_dict(),
@@ -383,6 +421,8 @@ class Trainer:
                 if self.sharded
                 else self.opt.state_dict()
             )
+            if self.average is not None:
+                state["trained_model"] = trained  # what --resume trains on from
             state.update(
                 optimizer=opt,
                 scaler=self.scaler.state_dict(),
@@ -399,7 +439,9 @@ class Trainer:
                 f"{path}: no optimizer state; --resume needs RUN/{checkpoint.LAST}, not best.pt"
             )
         self._check_resumable(path, state)
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(state.get("trained_model", state["model"]))
+        if self.average is not None:
+            self.average.load(self.model, state["model"])
         opt = state["optimizer"]
         self.opt.load_state_dict(
             sharding.sharded_optimizer_state(opt, self.model) if self.sharded else opt

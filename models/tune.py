@@ -146,9 +146,12 @@ def run_trial(trial: Any, search: Search) -> float:
     hr_key, ndcg_key = metric_keys(True, cfg.topk)
     for epoch in range(cfg.epochs):
         trainer.train_epoch(epoch)
-        m = validation_metrics(
-            trainer.model, search.valid, search.env, cfg.topk, cfg.eval_batch_size
-        )
+        with (
+            trainer.average.applied(trainer.model) if trainer.average else contextlib.nullcontext()
+        ):
+            m = validation_metrics(  # the model ncf train would select: the average if any
+                trainer.model, search.valid, search.env, cfg.topk, cfg.eval_batch_size
+            )
         history.append({hr_key: m["hr"], ndcg_key: m["ndcg"]})
         trial.report(m["hr"], epoch)
         if m["hr"] > best:

@@ -273,15 +273,20 @@ def order_ties(workdir: Path, client: Any = None) -> None:
     from merlin.io.worker import clean_worker_cache
 
     for raw in (RAW_USER, RAW_ITEM):
-        for path in (workdir / "categories").glob(f"unique.{raw}.parquet"):
-            vocab = pd.read_parquet(path)  # index: model ids, from the first id after the reserved
-            first = vocab.index[0] if len(vocab) else 0
-            size = f"{raw}_size"
-            vocab = vocab.sort_values([size, raw], ascending=[False, True], kind="stable")
-            vocab.index = pd.RangeIndex(first, first + len(vocab))
-            tmp = path.with_name(f".{path.name}.tmp")
-            vocab.to_parquet(tmp)
-            os.replace(tmp, path)
+        path = workdir / "categories" / f"unique.{raw}.parquet"
+        if not path.is_file():  # Categorify's layout (split_out 1): one file per column
+            raise ValueError(
+                f"{path}: Categorify's vocabulary file of {raw!r} is missing after the fit; "
+                "this ETL needs NVTabular 23.08's one-file-per-column layout (docs/PLATFORMS.md)"
+            )
+        vocab = pd.read_parquet(path)  # index: model ids, from the first id after the reserved
+        first = vocab.index[0] if len(vocab) else 0
+        size = f"{raw}_size"
+        vocab = vocab.sort_values([size, raw], ascending=[False, True], kind="stable")
+        vocab.index = pd.RangeIndex(first, first + len(vocab))
+        tmp = path.with_name(f".{path.name}.tmp")
+        vocab.to_parquet(tmp)
+        os.replace(tmp, path)
     clean_worker_cache()
     if client is not None:
         client.run(clean_worker_cache)

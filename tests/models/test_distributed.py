@@ -39,18 +39,21 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 RUN_S = 240  # bound on one torchrun job of these tests
 
 
-@pytest.fixture(scope="module")
-def one_process(etl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """metrics.json of the 1-process run (in this process; torch's globals restored after)."""
+def run_one(etl_dir: Path, out: Path, args: list) -> dict:
+    """metrics.json of a 1-process run (in this process; torch's globals restored after)."""
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
-    out = tmp_path_factory.mktemp("one") / "run"
     try:
-        assert train.run(parse(train, ["--data", etl_dir, "--out", out, *ARGS])) == 0
+        assert train.run(parse(train, ["--data", etl_dir, "--out", out, *args])) == 0
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
     return json.loads((out / METRICS_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def one_process(etl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_one(etl_dir, tmp_path_factory.mktemp("one") / "run", ARGS)
 
 
 def assert_same_training(one: dict, two: dict) -> None:
@@ -61,23 +64,39 @@ def assert_same_training(one: dict, two: dict) -> None:
         assert h2["ndcg@10"] == pytest.approx(h1["ndcg@10"], abs=0.03)
 
 
-def train_cmd(etl_dir: Path, out: Path) -> list[str]:
-    return ["-m", "ncf.cli", "train", "--data", str(etl_dir), "--out", str(out), *map(str, ARGS)]
+def train_cmd(etl_dir: Path, out: Path, args: list = ARGS) -> list[str]:
+    return ["-m", "ncf.cli", "train", "--data", str(etl_dir), "--out", str(out), *map(str, args)]
+
+
+def run_two(etl_dir: Path, out: Path, args: list = ARGS) -> dict:
+    """metrics.json of a 2-process run on one node."""
+    cmd = [*TORCHRUN, "--standalone", "--nproc_per_node=2", *train_cmd(etl_dir, out, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / METRICS_FILE).read_text())
 
 
 @pytest.mark.distributed
 def test_two_gloo_processes_equal_one(one_process: dict, etl_dir: Path, tmp_path: Path):
     double = tmp_path / "two"
-    cmd = [*TORCHRUN, "--standalone", "--nproc_per_node=2", *train_cmd(etl_dir, double)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    two = json.loads((double / METRICS_FILE).read_text())
+    two = run_two(etl_dir, double)
     assert (two["world_size"], two["local_world_size"]) == (2, 2)
     assert (one_process["world_size"], one_process["local_world_size"]) == (1, 1)
     assert_same_training(one_process, two)
     # Only rank 0 logs: one PARAMETER record set and one line per epoch.
     records = read_log(double / LOG_FILE)
     assert sum(1 for r in records if r.get("step") == [0]) == 1
+
+
+@pytest.mark.distributed
+def test_softmax_and_the_average_on_two_processes_equal_one(etl_dir: Path, tmp_path: Path):
+    """--loss softmax cuts each rank's slice at whole groups (51 groups of 5 a batch: 25 and 26),
+    and the moving average of the weights is the same on every rank."""
+    args = [*ARGS, "--loss", "softmax", "--negatives", 4, "--batch-size", 255, "--ema-epochs", 0.5]
+    one = run_one(etl_dir, tmp_path / "one", args)
+    two = run_two(etl_dir, tmp_path / "two", args)
+    assert (two["config"]["loss"], two["config"]["ema_epochs"]) == ("softmax", 0.5)
+    assert_same_training(one, two)
 
 
 def free_port() -> int:

@@ -94,3 +94,38 @@ def test_a_trainer_step_updates_as_nn_embedding_s_backward(etl_dir: Path):
     for name, old in before.items():
         torch.testing.assert_close(params[1][name], params[0][name], msg=name)
         assert not torch.equal(params[1][name], old), name  # the step moved every tensor
+
+
+def _failing_on_call(fn, n: int):
+    """``fn``, except that its ``n``-th call raises RuntimeError("injected")."""
+    calls = []
+
+    def wrapped(*args):
+        calls.append(1)
+        if len(calls) == n:
+            raise RuntimeError("injected")
+        return fn(*args)
+
+    return wrapped
+
+
+def test_a_step_after_an_interrupted_one_starts_from_zero(etl_dir: Path):
+    """A step that raised between its micro-batches leaves nothing in the next step's gradient."""
+    torch.set_num_threads(1)
+    after = []
+    for interrupt in (False, True):
+        tr = _trainer(etl_dir, accumulate=True)
+        gen = epoch_generator(3, 0, torch.device("cpu"))
+        plan = plan_epoch(tr.data, 4, "exact", tr.positives, gen)
+        if interrupt:  # the 2nd of 4 micro-batches raises, after the 1st filled the buffers
+            forward = tr.net.forward
+            tr.net.forward = _failing_on_call(forward, 2)
+            with pytest.raises(RuntimeError, match="injected"):
+                tr.step(plan, 0, 256, torch.Generator().manual_seed(5))
+            assert tr.step_grads.pending() == 4 and not tr.step_grads.last
+            tr.net.forward = forward
+        tr.step(plan, 0, 256, gen)
+        assert tr.step_grads.pending() == 0
+        after.append({n: p.detach().clone() for n, p in tr.model.named_parameters()})
+    for name, want in after[0].items():
+        assert torch.equal(after[1][name], want), name

@@ -2,7 +2,7 @@
 one seed: well above ItemPop and near the 3-seed figure the README quotes.
 
 One seed's test HR@10 on 610 users moves by about 0.015 with the seed, the torch version or
-the host (seed 1: 0.698 on the NGC lane, 0.721 on the CPU lane, 2026-12-05), so the floor is
+the host (seed 1: 0.703 on the NGC lane, 0.718 on the CPU lane, 2026-12-05), so the floor is
 0.68: two such steps under the README's 3-seed mean of about 0.72."""
 
 from __future__ import annotations

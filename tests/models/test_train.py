@@ -299,3 +299,13 @@ def test_evaluate_out_replaces_only_its_own_result(run_dir: Path, etl_dir: Path,
         evaluate.run(parse(evaluate, argv))
     assert evaluate.run(parse(evaluate, [*argv, "--force"])) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["e.json"]
+
+
+def test_softmax_loss_learns_far_beyond_itempop(etl_dir: Path, tmp_path: Path):
+    """``--loss softmax`` through the CLI: a batch that is no multiple of the group (1 + 4
+    negatives) is cut at whole groups, and the model learns as the BCE one does."""
+    m = _train(etl_dir, tmp_path / "softmax", "--epochs", EPOCHS, "--loss", "softmax",
+               "--batch-size", 254)  # fmt: skip
+    assert m["config"]["loss"] == "softmax"
+    assert m["hr@10"] > m["itempop_hr@10"] + 0.2
+    assert m["history"][-1]["loss"] < m["history"][0]["loss"]
