@@ -356,11 +356,13 @@ class Trainer:
         if self.sharded and self.scaler.is_enabled():  # one overflow skips the step everywhere
             sharding.agree_on_overflow(self.model, self.env)
         faults.hit(faults.OPTIMIZER_STEP)  # crash tests: NCF_FAULT=optimizer_step:N
-        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        # get_scale() waits for the device: only read with an average to update
+        watch = self.average is not None and self.scaler.is_enabled()
+        scale = self.scaler.get_scale() if watch else 1.0
         self.scaler.step(self.opt)
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
-        stepped = not self.scaler.is_enabled() or self.scaler.get_scale() >= scale
+        stepped = not watch or self.scaler.get_scale() >= scale
         if self.average is not None and stepped:  # an overflow skipped the step: nothing to fold
             self.average.update(self.model)
         return total
