@@ -101,7 +101,11 @@ class TrainConfig(Config):
         0.0, help="Adam lr of NeuMF after pretraining (0: --lr; the towers train with --lr)"
     )
     topk: int = setting(DEFAULT_TOPK, help="K of HR@K / NDCG@K")
-    threshold: float = setting(1.0, help="stop once the selection HR@K reaches this (1.0: never)")
+    threshold: float = setting(
+        1.0,
+        help="stop once the selection HR@K reaches this (the default 1.0: only a perfect HR@K; "
+        "above 1: never)",
+    )
     patience: int = setting(
         0,
         help="stop after N epochs without a better selection HR@K (validation HR@K when the ETL "
