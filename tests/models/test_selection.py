@@ -39,6 +39,16 @@ def test_selection_rule_and_stop_rule_on_hand_made_histories():
     assert should_stop(h, TrainConfig(threshold=0.6), True)
 
 
+@pytest.mark.parametrize(
+    ("threshold", "stops"),
+    [(1.0, True), (2.0, False)],  # the default stops a perfect HR@K; above 1 never stops
+)
+def test_threshold_at_a_perfect_hr(threshold: float, stops: bool):
+    h = _history((0.9, 0.5), (1.0, 0.8))
+    assert should_stop(h, TrainConfig(threshold=threshold), True) is stops
+    assert not should_stop(h[:1], TrainConfig(threshold=threshold), True)
+
+
 def test_keys_and_protocols():
     assert metric_keys(True, 5) == ("valid_hr@5", "valid_ndcg@5")
     assert metric_keys(False, 10) == ("hr@10", "ndcg@10")
