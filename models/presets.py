@@ -247,6 +247,7 @@ PRESETS: dict[str, dict] = {
         "beta1": 0.9,
         "beta2": 0.999,
         "dropout": 0.08,
+        "mlp_layers": [128, 64],  # one hidden layer: 64 per side into 64 (docs/PRESETS.md)
         "ema_epochs": 2.0,  # evaluate the weights' moving average over about 2 epochs
     },
     "mf-small": {  # the MF baseline (docs/BASELINES.md) for ml-latest-small-sized data

@@ -25,6 +25,44 @@ def pinned(metrics: dict) -> dict:
     return {k: metrics.get(k) for k in keys}
 
 
+def matches_unpinned_cpu(got: dict, cpu: str) -> None:
+    """On a CPU the pin has no set for (its kernels round differently): what every CPU trains the
+    same (ItemPop exactly, MF to 1e-6, the data's shape exactly) and NeuMF's HR@10 in the band."""
+    ref = next(iter(PIN["lanes"].values()))
+    hint = f"pin this CPU ({cpu}) in run_pin.json: {json.dumps(got)}"
+    for key in ("itempop_hr@10", "itempop_ndcg@10", "negatives_per_user", "protocol", "preset",
+                "users", "items", "train_rows", "full_candidates_per_user"):  # fmt: skip
+        assert got[key] == ref[key], f"{key}: {got[key]} != {ref[key]}; {hint}"
+    rows = {r["ranking"]: r for r in got["accuracy"]}
+    refs = {r["ranking"]: r for r in ref["accuracy"]}
+    assert rows["ItemPop"] == refs["ItemPop"], hint
+    for key, value in refs["MF"].items():
+        same = (
+            value == pytest.approx(rows["MF"][key], rel=1e-6)
+            if isinstance(value, float)
+            else (value == rows["MF"][key])
+        )
+        assert same, f"MF {key}: {rows['MF'][key]} != {value}; {hint}"
+    lo, hi = PIN["neumf_hr10_band"]
+    assert lo <= got["hr@10"] == rows["NeuMF"]["hr@10"] <= hi, hint
+    print(hint)
+
+
+@pytest.mark.parametrize("lane", list(PIN["lanes"]))
+def test_a_pinned_set_passes_the_unpinned_cpu_check(lane):
+    matches_unpinned_cpu(PIN["lanes"][lane], "a CPU with no pinned set")
+
+
+def test_the_unpinned_cpu_check_refuses_other_figures():
+    ref = next(iter(PIN["lanes"].values()))
+    moved_mf = json.loads(json.dumps(ref))
+    next(r for r in moved_mf["accuracy"] if r["ranking"] == "MF")["hr@10"] += 1e-3
+    low_neumf = {**ref, "hr@10": PIN["neumf_hr10_band"][0] - 0.01}
+    for bad in (moved_mf, low_neumf, {**ref, "train_rows": ref["train_rows"] - 1}):
+        with pytest.raises(AssertionError):
+            matches_unpinned_cpu(bad, "a CPU with no pinned set")
+
+
 @pytest.mark.slow
 @pytest.mark.triton
 def test_ncf_run_end_to_end(tmp_path):
@@ -53,10 +91,14 @@ def test_ncf_run_end_to_end(tmp_path):
     ):
         assert (run_dir / rel).is_file(), rel
     m = json.loads((run_dir / "metrics.json").read_text())
-    # Exactly the figures of a pinned run (floats compared bit for bit): one per lane and CPU.
-    assert pinned(m) in list(PIN["lanes"].values()), (
-        f"no pinned run matches on {machine_info()['cpu']}: {json.dumps(pinned(m))}"
-    )
+    cpu = machine_info()["cpu"]
+    if any(key.endswith(f" on {cpu}") for key in PIN["lanes"]):
+        # Exactly the figures of a pinned run (floats compared bit for bit): one per lane and CPU.
+        assert pinned(m) in list(PIN["lanes"].values()), (
+            f"no pinned run matches on {cpu}: {json.dumps(pinned(m))}"
+        )
+    else:
+        matches_unpinned_cpu(pinned(m), cpu)
     assert 0.0 < m["itempop_hr@10"] < 1.0
     assert m["train_samples_per_s"] > 0 and m["served_samples_per_s"] > 0 and m["served_p99_ms"] > 0
     assert [s["stage"] for s in m["stages"]] == [
