@@ -242,13 +242,15 @@ PRESETS: dict[str, dict] = {
         "patience": 4,
         "batch_size": 4096,
         "eval_batch_size": 1 << 16,
-        "negatives": 10,
-        "lr": 0.00285,
+        "negatives": 5,
+        "lr": 0.001485,
         "beta1": 0.9,
         "beta2": 0.999,
-        "dropout": 0.08,
-        "mlp_layers": [128, 64],  # one hidden layer: 64 per side into 64 (docs/PRESETS.md)
-        "ema_epochs": 2.0,  # evaluate the weights' moving average over about 2 epochs
+        "factors": 128,
+        "dropout": 0.12,
+        "mlp_layers": [64, 32],  # one hidden layer: 32 per side into 32 (docs/PRESETS.md)
+        "l2": 1e-5,
+        "ema_epochs": 3.0,  # evaluate the weights' moving average over about 3 epochs
     },
     "mf-small": {  # the MF baseline (docs/BASELINES.md) for ml-latest-small-sized data
         "model": "mf",
