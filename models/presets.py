@@ -111,6 +111,11 @@ class TrainConfig(Config):
         help="stop after N epochs without a better selection HR@K (validation HR@K when the ETL "
         "has valid/); 0 = off",
     )
+    min_epochs: int = setting(
+        0,
+        help="--patience stops no run before this many epochs (a plateau early in training "
+        "is not the peak); 0 = from the first",
+    )
     grad_accumulation: int = setting(1, help="micro-batches per optimizer step")
     micro_batch: int = setting(
         0,
@@ -182,10 +187,10 @@ class TrainConfig(Config):
         for name in (*positive, "grad_accumulation"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be >= 1")
-        if self.negatives < 0 or self.micro_batch < 0 or self.patience < 0:
+        if min(self.negatives, self.micro_batch, self.patience, self.min_epochs) < 0:
             raise ValueError(
                 f"--negatives {self.negatives} / --micro-batch {self.micro_batch} / --patience "
-                f"{self.patience}: must be >= 0"
+                f"{self.patience} / --min-epochs {self.min_epochs}: must be >= 0"
             )
         if not (self.lr > 0 and 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
             raise ValueError(
@@ -240,6 +245,7 @@ PRESETS: dict[str, dict] = {
     "small": {  # data of hundreds of users and ~100k ratings; what `ncf run` trains
         "epochs": 40,  # at most: early stopping on validation ends it (patience)
         "patience": 4,
+        "min_epochs": 10,  # past the plateau near ItemPop of the first epochs (docs/PRESETS.md)
         "batch_size": 4096,
         "eval_batch_size": 1 << 16,
         "negatives": 5,

@@ -26,6 +26,7 @@ class StopRule(Protocol):
     topk: int
     threshold: float
     patience: int
+    min_epochs: int
 
 
 def protocol(has_valid: bool) -> str:
@@ -54,14 +55,16 @@ def best_index(history: list[dict], valid: bool, k: int) -> int:
 
 def should_stop(history: list[dict], rule: StopRule, valid: bool) -> bool:
     """True once the selection HR reached ``rule.threshold``, or ``rule.patience`` epochs (> 0)
-    have passed since the kept epoch without a better selection key."""
+    have passed since the kept epoch without a better selection key and at least
+    ``rule.min_epochs`` epochs have run."""
     if not history:
         return False
     hr, _ = metric_keys(valid, rule.topk)
     if any(h[hr] >= rule.threshold for h in history):
         return True
     since_best = len(history) - 1 - best_index(history, valid, rule.topk)
-    return rule.patience > 0 and since_best >= rule.patience
+    patient = len(history) >= rule.min_epochs and since_best >= rule.patience
+    return rule.patience > 0 and patient
 
 
 def summarize(history: list[dict], threshold: float, k: int) -> dict:

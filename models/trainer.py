@@ -62,7 +62,7 @@ METRICS_FILE = "metrics.json"
 PLOT_FILE = "learning_curve.png"
 LOG_FILE = "log.json"
 # Settings a resumed run may change without changing the result of the epochs it continues.
-RESUMABLE_CHANGES = frozenset({"epochs", "threshold", "patience", "eval_batch_size"})
+RESUMABLE_CHANGES = frozenset({"epochs", "threshold", "patience", "min_epochs", "eval_batch_size"})
 
 
 @dataclass

@@ -40,6 +40,20 @@ def test_selection_rule_and_stop_rule_on_hand_made_histories():
 
 
 @pytest.mark.parametrize(
+    ("min_epochs", "epochs_run", "stops"),
+    # the best is epoch 0; epochs 1-3 are a plateau below it (patience 3)
+    [(0, 4, True), (4, 4, True), (5, 4, False), (5, 5, True), (10, 9, False), (10, 10, True)],
+)
+def test_min_epochs_holds_patience_back(min_epochs: int, epochs_run: int, stops: bool):
+    h = _history(*[(0.5, 0.3)] + [(0.4, 0.2)] * 9)[:epochs_run]
+    cfg = TrainConfig(patience=3, min_epochs=min_epochs)
+    assert should_stop(h, cfg, True) is stops
+    # the threshold still stops at once; patience 0 is still off
+    assert should_stop(h, TrainConfig(patience=3, min_epochs=min_epochs, threshold=0.5), True)
+    assert not should_stop(h, TrainConfig(patience=0, min_epochs=min_epochs), True)
+
+
+@pytest.mark.parametrize(
     ("threshold", "stops"),
     [(1.0, True), (2.0, False)],  # the default stops a perfect HR@K; above 1 never stops
 )
@@ -66,3 +80,8 @@ def test_summary_of_a_valid_run_names_its_figures_valid():
     assert "best_accuracy" not in s and s["time_to_target"] == 2.0 and s["epochs_run"] == 3
     assert s["mean_train_throughput"] == pytest.approx(20.0) and s["train_loss"] == 0.8
     assert summarize([], 1.0, 10) == {"epochs_run": 0}
+
+
+def test_a_negative_min_epochs_is_named():
+    with pytest.raises(ValueError, match="--min-epochs -1: must be >= 0"):
+        TrainConfig(min_epochs=-1).check()

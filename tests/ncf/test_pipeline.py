@@ -123,9 +123,10 @@ def test_ncf_run_end_to_end(tmp_path):
         if r["type"] == "LOG" and r["step"] not in ("PARAMETER", [])
     ]
     # `ncf run` holds out valid and test: epochs are evaluated on validation only, until the
-    # preset's patience has passed without a better one (or its last epoch).
+    # preset's patience has passed without a better one, not before its min_epochs (or its last).
     small = PRESETS["small"]
-    assert len(epochs) == min(small["epochs"], m["best_epoch"] + 1 + small["patience"])
+    patient = max(small["min_epochs"], m["best_epoch"] + 1 + small["patience"])
+    assert len(epochs) == min(small["epochs"], patient)
     assert all("valid_hr@10" in r["data"] for r in epochs)
     assert m["protocol"] == "valid-selected"
     out = proc.stdout

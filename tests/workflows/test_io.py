@@ -307,9 +307,10 @@ def test_compressed_input_is_read_decompressed(tmp_path, suffix, pack):
 @pytest.mark.parametrize(
     "name, data, message",
     [
-        ("ratings.csv", gzip.compress(b"userId,movieId,rating,timestamp\n"), "gzip-compressed but not named"),
+        ("ratings.csv", gzip.compress(b"userId,movieId,rating,timestamp\n", mtime=0), "gzip-compressed but not named"),
         ("ml-20m.zip", b"PK\x03\x04rest", "is a zip archive: unpack it first"),
     ],
+    ids=["gzip-named-csv", "zip"],
 )  # fmt: skip
 def test_compressed_input_it_cannot_read_is_named(tmp_path, name, data, message):
     with pytest.raises(ValueError, match=message):
