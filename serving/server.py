@@ -28,7 +28,7 @@ from ncf.serving.triton_env import (
     LOOPBACK,
     backend_dir,
     check_stub_numpy,
-    free_port,
+    free_ports,
     pytriton_dir,
     server_env,
 )
@@ -210,8 +210,8 @@ class TritonServer:
         auto = [k for k, v in self._ports.items() if v == 0]
         attempts = 3 if auto else 1
         for attempt in range(1, attempts + 1):
-            for k in auto:  # a port picked free may be taken before the server binds it: retry
-                self._ports[k] = free_port(self._client_host)
+            # a port picked free may be taken before the server binds it: retry
+            self._ports.update(zip(auto, free_ports(len(auto), self._client_host), strict=True))
             self._spawn()
             try:
                 self._wait_ready(timeout)

@@ -8,6 +8,7 @@ interpreter's own libpython first on ``LD_LIBRARY_PATH``, and the venv's ``bin/`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -113,11 +114,23 @@ def _pytriton_libs() -> Path:
     return _site() / "nvidia_pytriton.libs"
 
 
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` distinct TCP ports free on ``host`` right now (the OS picks them).
+
+    All ``n`` sockets stay bound until every port is picked: one picked and released at a time,
+    the OS may hand out the same port twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)
+        ]
+        for s in socks:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1, host)[0]
 
 
 def check_stub_numpy(version: str | None = None) -> None:

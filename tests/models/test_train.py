@@ -282,6 +282,12 @@ def test_patience_stops_after_n_epochs_without_improvement(valid_etl: Path, tmp_
     m = _train(valid_etl, tmp_path / "p", "--epochs", 12, "--patience", 1, "--deterministic")
     assert m["epochs_run"] == m["best_epoch"] + 2 < 12
     assert m["config"]["patience"] == 1
+    # --min-epochs holds the same patience back: the run goes on past where it stopped
+    floor = m["epochs_run"] + 2
+    held = _train(valid_etl, tmp_path / "h", "--epochs", 12, "--patience", 1, "--min-epochs",
+                  floor, "--deterministic")  # fmt: skip
+    assert held["epochs_run"] == min(12, max(floor, held["best_epoch"] + 2))
+    assert held["epochs_run"] >= min(12, floor) and held["config"]["min_epochs"] == floor
 
 
 def test_evaluate_out_replaces_only_its_own_result(run_dir: Path, etl_dir: Path, tmp_path: Path):
