@@ -56,7 +56,8 @@ PRUNER_WARMUP_EPOCHS = 1  # never prune on the first epoch alone (its HR is nois
 CPU_SAMPLES_PER_S_PER_THREAD = 40_000
 
 # The search spaces, by model kind: TrainConfig field -> Optuna distribution. Everything else comes
-# from the base config (--preset / --config / flags). Written into best.json with the trial counts.
+# from the base config (--preset / --config / flags). The study's space (with --enqueue-base, the
+# base's own values added: ``space_holding``) is written into best.json with the trial counts.
 LR = {"type": "float", "low": 1e-4, "high": 2e-2, "log": True}
 BATCH = {"type": "categorical", "choices": [2048, 4096, 8192, 16384]}
 SEARCH_SPACES: dict[str, dict[str, dict[str, Any]]] = {
@@ -90,6 +91,39 @@ def suggest(trial: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
         else:
             values[name] = trial.suggest_categorical(name, spec["choices"])
     return values
+
+
+def space_holding(space: dict[str, dict[str, Any]], base: TrainConfig) -> dict[str, dict[str, Any]]:
+    """``space`` stretched to hold ``base``'s own value of every searched setting.
+
+    The base is queued as a trial (``--enqueue-base``; ``ncf run --tune`` always queues it), and
+    Optuna refuses a queued value that is not one of a categorical's choices, or not > 0 on a log
+    range. A preset may hold such a value (``small``: 128 factors), so a categorical gains the
+    base's value as a choice and a range stretches to it; a search that queues no base keeps
+    ``space`` as it is. The space is part of the study's identity: a search resumed with the same
+    flags sees the same one, and one resumed with another ``--enqueue-base`` is refused.
+
+    Raises
+    ------
+    ValueError
+        If the base's value cannot lie in a log range (<= 0), naming the setting and the fix.
+    """
+    out = {}
+    for name, spec in space.items():
+        value = getattr(base, name)
+        if spec["type"] == "categorical":
+            if value not in spec["choices"]:
+                spec = {**spec, "choices": sorted([*spec["choices"], value])}
+        elif spec.get("log") and value <= 0:
+            raise ValueError(
+                f"--enqueue-base: the base's {flag_name(name)} {value} cannot be tried on the "
+                f"searched log range {spec['low']:g}..{spec['high']:g}; use a preset whose value "
+                "is > 0 (docs/PRESETS.md) or search without --enqueue-base"
+            )
+        elif not spec["low"] <= value <= spec["high"]:
+            spec = {**spec, "low": min(spec["low"], value), "high": max(spec["high"], value)}
+        out[name] = spec
+    return out
 
 
 def load_validation(data: EtlData) -> EtlData:
@@ -402,6 +436,8 @@ class TuneConfig(Config):
             raise ValueError(f"{' '.join(given)}: searched by `ncf tune --model {self.hp.model}` "
                              "(models/tune.py SEARCH_SPACES); drop the setting (the preset gives "
                              "--enqueue-base its value)")  # fmt: skip
+        if self.enqueue_base:
+            space_holding(SEARCH_SPACES[self.hp.model], self.hp)  # raises if it cannot hold it
 
     def resolved(self) -> TuneConfig:
         """This config with the storage and study name it runs with (no automatic value left)."""
@@ -431,8 +467,9 @@ def run(cfg: TuneConfig) -> int:
         opts = RunOptions(
             out=cfg.out, etl_dir=cfg.data, deterministic=cfg.deterministic, preset=cfg.preset
         )
-        search = Search(data, load_validation(data), env, cfg.hp, SEARCH_SPACES[cfg.hp.model],
-                        opts, cfg.trials, cfg)  # fmt: skip
+        space = SEARCH_SPACES[cfg.hp.model]
+        space = space_holding(space, cfg.hp) if cfg.enqueue_base else space
+        search = Search(data, load_validation(data), env, cfg.hp, space, opts, cfg.trials, cfg)
         print(
             cost_line(len(data.train_users), cfg.hp, search.space, cfg.trials, cfg.threads),
             flush=True,

@@ -153,6 +153,68 @@ def test_enqueue_base_tries_the_preset_itself_once(valid_etl: Path, tmp_path: Pa
     assert first.user_attrs["base"] == "mf-small" and second.params != first.params
 
 
+@pytest.mark.parametrize("preset", sorted(presets.PRESETS))
+def test_every_preset_can_be_queued_as_a_trial(preset: str):
+    """`--enqueue-base` (and `ncf run --tune`) queue the preset's own values: every one of them must
+    be a value the search can propose, or Optuna refuses the trial (a categorical's choices)."""
+    base = presets.preset_config(preset)
+    space = tune.space_holding(tune.SEARCH_SPACES[base.model], base)
+    study = optuna.create_study(direction="maximize")
+    want = {name: getattr(base, name) for name in space}
+    study.enqueue_trial(want)
+    study.optimize(lambda t: float(tune.suggest(t, space) == want), n_trials=1)
+    assert study.trials[0].state == TrialState.COMPLETE and study.trials[0].value == 1.0
+
+
+LR_LOW = tune.SEARCH_SPACES["neumf"]["lr"]["low"]
+NEG_HIGH = tune.SEARCH_SPACES["neumf"]["negatives"]["high"]
+
+
+def test_space_holding_adds_the_base_value_where_the_space_lacks_it():
+    base = presets.preset_config("small")  # 128 factors, not among SEARCH_SPACES's choices
+    space = tune.space_holding(tune.SEARCH_SPACES["neumf"], base)
+    assert space["factors"]["choices"] == [8, 16, 32, 64, 128]
+    assert tune.SEARCH_SPACES["neumf"]["factors"]["choices"] == [8, 16, 32, 64]  # not changed
+    for name in ("lr", "negatives", "dropout", "batch_size"):  # ranges, and a base value inside
+        assert space[name] == tune.SEARCH_SPACES["neumf"][name]
+    assert tune.space_holding(space, base) == space  # already there: the same space
+    wide = tune.space_holding(tune.SEARCH_SPACES["neumf"], base.replace(lr=0.05, negatives=1))
+    assert (wide["lr"]["low"], wide["lr"]["high"]) == (LR_LOW, 0.05)  # a range stretches to it
+    assert (wide["negatives"]["low"], wide["negatives"]["high"]) == (1, NEG_HIGH)
+
+
+def test_a_base_no_search_can_hold_is_refused_before_the_search(valid_etl: Path, tmp_path: Path):
+    """MF on DLE's defaults has l2 0, which no log range holds: one line, nothing written."""
+    out = tmp_path / "t"
+    args = ["--data", valid_etl, "--out", out, "--trials", "1", *FLAGS, "--enqueue-base"]
+    with pytest.raises(ValueError, match=r"^--enqueue-base: the base's --l2 0.0 cannot be tried"):
+        tune.run(parse(tune, args))
+    assert not out.exists()
+
+
+def test_the_small_preset_queued_first_is_its_first_trial(valid_etl: Path, tmp_path: Path):
+    """`ncf run --tune N`'s search (tests/ncf/test_run_config.py: `small`, --enqueue-base): its
+    first trial is the preset itself, 128 factors included; without --enqueue-base the study's
+    space is SEARCH_SPACES's own."""
+    out = tmp_path / "t"
+    args = ["--data", valid_etl, "--model", "neumf", "--preset", "small", "--epochs", "1",
+            "--eval-batch-size", "4096", "--threads", "1", "--device", "cpu",
+            "--startup-trials", "10", "--seed", "3", "--trials", "1"]  # fmt: skip
+    assert tune.run(parse(tune, [*args, "--out", out, "--enqueue-base"])) == 0
+    (trial,) = optuna.load_study(
+        study_name="ncf-tune-neumf", storage=f"sqlite:///{out / tune.STUDY_FILE}"
+    ).get_trials()
+    want = presets.preset_config("small")
+    assert trial.params == {name: getattr(want, name) for name in tune.SEARCH_SPACES["neumf"]}
+    best = json.loads((out / tune.BEST_FILE).read_text())
+    assert best["config"]["hp"]["factors"] == 128
+    assert best["about"]["search_space"]["factors"]["choices"] == [8, 16, 32, 64, 128]
+    plain = tmp_path / "plain"
+    assert tune.run(parse(tune, [*args, "--out", plain])) == 0
+    about = json.loads((plain / tune.BEST_FILE).read_text())["about"]
+    assert about["search_space"] == tune.SEARCH_SPACES["neumf"]
+
+
 def test_out_must_be_a_search_or_absent(valid_etl: Path, tmp_path: Path):
     """A search writes config.json, best.json, trials.png into OUT: never into another's folder."""
     out = tmp_path / "mine"
