@@ -101,7 +101,8 @@ def space_holding(space: dict[str, dict[str, Any]], base: TrainConfig) -> dict[s
     range. A preset may hold such a value (``small``: 128 factors), so a categorical gains the
     base's value as a choice and a range stretches to it; a search that queues no base keeps
     ``space`` as it is. The space is part of the study's identity: a search resumed with the same
-    flags sees the same one, and one resumed with another ``--enqueue-base`` is refused.
+    flags sees the same one; one resumed with another ``--enqueue-base`` is refused where that
+    changes the space.
 
     Raises
     ------

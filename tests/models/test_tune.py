@@ -175,7 +175,7 @@ def test_space_holding_adds_the_base_value_where_the_space_lacks_it():
     space = tune.space_holding(tune.SEARCH_SPACES["neumf"], base)
     assert space["factors"]["choices"] == [8, 16, 32, 64, 128]
     assert tune.SEARCH_SPACES["neumf"]["factors"]["choices"] == [8, 16, 32, 64]  # not changed
-    for name in ("lr", "negatives", "dropout", "batch_size"):  # ranges, and a base value inside
+    for name in ("lr", "negatives", "dropout", "batch_size"):  # the base's value already inside
         assert space[name] == tune.SEARCH_SPACES["neumf"][name]
     assert tune.space_holding(space, base) == space  # already there: the same space
     wide = tune.space_holding(tune.SEARCH_SPACES["neumf"], base.replace(lr=0.05, negatives=1))
